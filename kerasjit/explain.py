@@ -1,0 +1,77 @@
+"""`kerasjit.explain`: what was compiled, what runs in TensorFlow, and why."""
+from dataclasses import dataclass
+
+import keras
+
+from .hlo import print_module
+from .step import CompiledStep
+
+
+@dataclass
+class ClusterInfo:
+    kind: str            # "compiled" or "tensorflow"
+    ops: list            # TF op types, in order
+    reason: str          # why it runs in TensorFlow ("" when compiled)
+    hlo: str = ""        # HLO text of its first compiled specialisation
+    specialized: str = ""  # "static" or "per run-time shape"
+
+
+class Explanation:
+    def __init__(self, name, program):
+        self.name = name
+        self.clusters = []
+        for c in program.clusters:
+            module = c.specializer.module if c.specializer else None
+            self.clusters.append(ClusterInfo(
+                c.kind, [op for _, op in c.ops], c.reason,
+                print_module(module, elide_constants_over=16) if module else "",
+                "" if c.kind != "compiled" else
+                "static" if module else "per run-time shape (none compiled yet)"))
+        # Generated kernels come from compiler backends; the reference backend has none.
+        self.kernels = []
+
+    @property
+    def hlo(self):
+        return "\n".join(c.hlo for c in self.clusters if c.hlo)
+
+    def __str__(self):
+        compiled = sum(len(c.ops) for c in self.clusters if c.kind == "compiled")
+        total = sum(len(c.ops) for c in self.clusters)
+        lines = [f"kerasjit: {self.name}: {compiled} of {total} TF ops compiled "
+                 f"in {sum(c.kind == 'compiled' for c in self.clusters)} cluster(s)"]
+        for i, c in enumerate(self.clusters):
+            ops = ", ".join(c.ops[:8]) + (f", ... ({len(c.ops)} ops)" if len(c.ops) > 8 else "")
+            if c.kind == "compiled":
+                lines.append(f"  [{i}] compiled ({c.specialized}): {ops}")
+            else:
+                lines.append(f"  [{i}] TensorFlow: {ops}\n        why: {c.reason}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def explain(model_or_fn, *example_inputs, backend="auto"):
+    """Explain how a model's train step (or a function) is split and compiled.
+
+    For a model, `example_inputs` are (x, y[, sample_weight]) of one batch;
+    for a function, its arguments.
+    """
+    if isinstance(model_or_fn, keras.Model):
+        model = model_or_fn
+        state = getattr(model, "_kerasjit", None)
+        step = state.train if state else CompiledStep(model.train_step, backend, "train_step")
+        (program, _, _), _ = step.program_for(tuple(example_inputs))
+        return Explanation(f"{model.name}.train_step", program)
+    step = model_or_fn if isinstance(model_or_fn, CompiledStep) else \
+        CompiledStep(model_or_fn, backend)
+    (program, _, _), _ = step.program_for(*example_inputs)
+    return Explanation(step.name, program)
+
+
+def jit(fn, backend="auto"):
+    """Compile a TensorFlow function of tensors (the seed's `xla.compile`).
+
+    Returns a callable taking arrays/tensors and returning numpy results;
+    variables it captures are read and updated as TensorFlow would.
+    """
+    return CompiledStep(fn, backend)

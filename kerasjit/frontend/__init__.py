@@ -1,0 +1,1 @@
+"""TensorFlow side: trace, make pure, partition, and lower clusters to HLO."""

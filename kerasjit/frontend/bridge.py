@@ -1,0 +1,112 @@
+"""TensorFlow's own TF->HLO bridge, asked one cluster at a time.
+
+A cluster is a set of nodes of a FunctionalGraph. We rebuild it as a
+tf.function (importing just its nodes, with placeholders for what flows in)
+and ask `experimental_get_compiler_ir(...)(stage="hlo")` for its HLO. When the
+bridge rejects a node, the error names it; the caller moves that node to
+TensorFlow and partitions again.
+"""
+import re
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.compiler.xla.service import hlo_pb2
+from tensorflow.core.framework import graph_pb2
+
+from ..hlo import parse_module
+from ..hlo.shape import DTYPES
+
+# Ops whose output shape depends on input values: the bridge can only give
+# them bounded dynamic shapes, which kerasjit does not compile.
+DYNAMIC_SHAPE_OPS = {"Where": "output shape depends on the values (1-argument tf.where)",
+                     "Unique": "output shape depends on the values",
+                     "UniqueV2": "output shape depends on the values",
+                     "ListDiff": "output shape depends on the values",
+                     "Bincount": "output shape depends on the values"}
+PYTHON_OPS = {"EagerPyFunc", "PyFunc", "PyFuncStateless"}
+# Stateful generators: TensorFlow keeps their stream; XLA's `rng` would not.
+STATEFUL_RANDOM_OPS = {"RandomUniform", "RandomUniformInt", "RandomStandardNormal",
+                       "TruncatedNormal", "RandomShuffle", "Multinomial", "RandomGamma",
+                       "RandomPoisson", "RandomPoissonV2"}
+_REJECTED_NODE = re.compile(r"\{\{node ([^}]+)\}\}|node `([^`]+)`")
+
+
+class BridgeRejected(Exception):
+    def __init__(self, nodes, message):
+        super().__init__(message)
+        self.nodes, self.message = nodes, message
+
+
+def static_reason(node):
+    """Why a node can never be compiled, or '' (decided without the bridge)."""
+    if node.op in PYTHON_OPS:
+        return "tf.py_function runs Python"
+    if node.op in STATEFUL_RANDOM_OPS:
+        return "stateful random op: its stream is TensorFlow's own"
+    if node.op in DYNAMIC_SHAPE_OPS:
+        return DYNAMIC_SHAPE_OPS[node.op]
+    types = [a.type for a in node.attr.values()] + [t for a in node.attr.values()
+                                                   for t in a.list.type]
+    if tf.string.as_datatype_enum in types:
+        return "string tensors have no XLA representation"
+    return ""
+
+
+def subgraph_function(nodes, library, inputs, outputs):
+    """A Python function of `inputs` tensors computing `outputs` via `nodes`."""
+    graph_def = graph_pb2.GraphDef()
+    graph_def.node.extend(nodes)
+    graph_def.library.CopyFrom(library)
+
+    def run(*args):
+        return tf.graph_util.import_graph_def(
+            graph_def, input_map=dict(zip(inputs, args)), return_elements=outputs, name="")
+    return run
+
+
+def literals_from_proto(serialized):
+    """Constant name -> ndarray for every constant of a serialized HloModuleProto."""
+    proto = hlo_pb2.HloModuleProto()
+    proto.ParseFromString(serialized)
+    out = {}
+    for comp in proto.computations:
+        for inst in comp.instructions:
+            if inst.opcode == "constant":
+                out[inst.name] = _literal_values(inst.literal)
+    return out
+
+
+def _literal_values(literal):
+    from tensorflow.compiler.xla import xla_data_pb2
+    type_name = xla_data_pb2.PrimitiveType.Name(literal.shape.element_type).lower()
+    dtype = DTYPES.get(type_name)
+    dims = tuple(literal.shape.dimensions)
+    if dtype is None:
+        return None
+    field = {"pred": "preds", "s32": "s32s", "s64": "s64s", "u32": "u32s", "u64": "u64s",
+             "f32": "f32s", "f64": "f64s"}.get(type_name)
+    if field is not None:
+        return np.array(getattr(literal, field), dtype=dtype).reshape(dims)
+    raw = {"s8": literal.s8s, "u8": literal.u8s, "f16": literal.f16s, "bf16": literal.bf16s,
+           "s16": literal.s16s, "u16": literal.u16s}[type_name]
+    return np.frombuffer(raw, dtype=dtype).reshape(dims)
+
+
+def hlo_module(fn, *args):
+    """The HLO Module TensorFlow's bridge makes of `fn` for these args or TensorSpecs."""
+    compiled = tf.function(fn, jit_compile=True)
+    ir = compiled.experimental_get_compiler_ir(*args)
+    try:
+        text = ir(stage="hlo")
+    except Exception as e:    # the bridge reports rejected nodes by name
+        message = str(e)
+        names = [a or b for a, b in _REJECTED_NODE.findall(message)]
+        raise BridgeRejected(list(dict.fromkeys(names)), _first_paragraph(message)) from None
+    if "<=" in text.splitlines()[0]:
+        raise BridgeRejected([], "the bridge produced dynamic shapes")
+    return parse_module(text, literals_from_proto(ir(stage="hlo_serialized")))
+
+
+def _first_paragraph(message):
+    message = message.replace("Failed getting HLO text: '", "")
+    return message.split("\n\n")[0].split(" | ")[0].strip()

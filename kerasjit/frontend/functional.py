@@ -1,0 +1,153 @@
+"""Turn a traced tf.function into a pure dataflow graph.
+
+Variables stop being resources: each captured variable becomes an input
+placeholder holding its value at step start; reads see the latest value in
+program order, and the last value assigned becomes an output. What remains
+is a graph of values only, which can be cut into clusters freely and whose
+compiled clusters take variables as parameters and return their updates
+(to be aliased in place by a backend).
+"""
+from dataclasses import dataclass, field
+
+import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2, node_def_pb2
+
+from .rewrites import rewrite_for_tf_parity
+
+# op type -> elementwise op applying the update to the current value
+_UPDATE_OPS = {"AssignAddVariableOp": "AddV2", "AssignSubVariableOp": "Sub"}
+# resource ops that never touch the value (no-ops once variables are values)
+_INERT_RESOURCE_OPS = {"VarIsInitializedOp", "NoOp"}
+
+
+class UnsupportedGraph(NotImplementedError):
+    """The step uses a TensorFlow feature kerasjit cannot turn into dataflow."""
+
+
+@dataclass
+class FunctionalGraph:
+    nodes: list                 # NodeDef, in a topological (creation) order
+    library: object             # FunctionDefLibrary of the traced graph
+    inputs: list                # tensor names of the function's flat arguments
+    variables: list             # tf.Variable per state input
+    state_inputs: list          # placeholder tensor name per variable
+    outputs: list               # tensor names of the function's flat outputs
+    state_outputs: dict = field(default_factory=dict)   # variable index -> tensor name
+    specs: dict = field(default_factory=dict)   # tensor name -> tf.TensorSpec (as traced)
+
+
+def _tensor(name):
+    return name if ":" in name else name + ":0"
+
+
+def _placeholder(name, dtype, shape):
+    node = node_def_pb2.NodeDef(name=name, op="Placeholder")
+    node.attr["dtype"].type = dtype.as_datatype_enum
+    node.attr["shape"].shape.CopyFrom(tf.TensorShape(shape).as_proto())
+    return node
+
+
+def _const(name, value):
+    node = node_def_pb2.NodeDef(name=name, op="Const")
+    node.attr["dtype"].type = tf.as_dtype(value.dtype).as_datatype_enum
+    node.attr["value"].CopyFrom(attr_value_pb2.AttrValue(tensor=tf.make_tensor_proto(value)))
+    return node
+
+
+def functionalize(concrete_fn):
+    """ConcreteFunction -> FunctionalGraph with variables as values."""
+    graph = concrete_fn.graph
+    graph_def = graph.as_graph_def()
+    specs = {t.name: tf.TensorSpec(t.shape, t.dtype)
+             for op in graph.get_operations() for t in op.outputs}
+    variables_by_handle = {id(v.handle): v for v in graph.variables}
+    internal_to_var, constants = {}, {}
+    for external, internal in graph.captures:
+        var = variables_by_handle.get(id(external))
+        if var is not None:
+            internal_to_var[internal.op.name] = var
+        elif internal.dtype == tf.resource:
+            raise UnsupportedGraph(f"captured resource '{internal.op.name}' is not a variable")
+        else:
+            constants[internal.op.name] = external.numpy()
+
+    variables = list({id(v): v for v in internal_to_var.values()}.values())
+    var_index = {id(v): i for i, v in enumerate(variables)}
+    state_inputs = [f"kerasjit_state_{i}" for i in range(len(variables))]
+    current = {}                      # resource node name -> tensor holding its value
+    for internal, var in internal_to_var.items():
+        current[internal] = _tensor(state_inputs[var_index[id(var)]])
+    renamed = {}                      # removed tensor -> replacement tensor
+    removed = set()
+    nodes = [_placeholder(n, v.dtype, v.shape) for n, v in zip(state_inputs, variables)]
+    specs.update((_tensor(n), tf.TensorSpec(v.shape, v.dtype))
+                 for n, v in zip(state_inputs, variables))
+
+    def resolve(name):
+        if name.startswith("^"):
+            return None if name[1:] in removed else name
+        return renamed.get(_tensor(name), name)
+
+    for node in graph_def.node:
+        if node.name in constants:
+            nodes.append(_const(node.name, constants[node.name]))
+            continue
+        if node.name in internal_to_var:
+            removed.add(node.name)
+            continue
+        resource_inputs = [i for i in node.input if i.split(":")[0] in current]
+        if node.op == "Identity" and resource_inputs:
+            current[node.name] = current[resource_inputs[0].split(":")[0]]
+            removed.add(node.name)
+            continue
+        if resource_inputs:
+            handle = resource_inputs[0].split(":")[0]
+            if node.op == "ReadVariableOp":
+                renamed[_tensor(node.name)] = current[handle]
+            elif node.op == "AssignVariableOp":
+                current[handle] = resolve(node.input[1])
+            elif node.op in _UPDATE_OPS:
+                update = node_def_pb2.NodeDef(name=node.name + "/value", op=_UPDATE_OPS[node.op])
+                update.input.extend([current[handle], resolve(node.input[1])])
+                update.attr["T"].CopyFrom(node.attr["dtype"])
+                nodes.append(update)
+                current[handle] = _tensor(update.name)
+                specs[current[handle]] = specs[_tensor(node.input[1])]
+            elif node.op not in _INERT_RESOURCE_OPS:
+                raise UnsupportedGraph(f"op {node.op} ('{node.name}') uses a variable in a "
+                                       "way kerasjit cannot turn into dataflow")
+            removed.add(node.name)
+            continue
+        new = node_def_pb2.NodeDef()
+        new.CopyFrom(node)
+        new.device = ""                  # placement is the runtime's business
+        new.attr.pop("_class", None)     # colocation with nodes a cluster may lack
+        del new.input[:]
+        new.input.extend(r for r in map(resolve, node.input) if r is not None)
+        nodes.append(new)
+
+    state_outputs = {}
+    for internal, var in internal_to_var.items():
+        i = var_index[id(var)]
+        if _tensor(current[internal]) != _tensor(state_inputs[i]):
+            state_outputs[i] = _tensor(current[internal])
+    outputs = [_tensor(resolve(t.name)) for t in concrete_fn.outputs]
+    inputs = [t.name for t in graph.inputs[:len(graph.inputs) - len(graph.captures)]]
+    fg = FunctionalGraph(nodes, graph_def.library, inputs, variables,
+                         [_tensor(n) for n in state_inputs], outputs, state_outputs, specs)
+    return rewrite_for_tf_parity(_prune(fg))
+
+
+def _prune(fg):
+    """Drop nodes no output depends on (reads left dangling, NoOps, asserts)."""
+    by_name = {n.name: n for n in fg.nodes}
+    live, stack = set(), [t.split(":")[0] for t in fg.outputs + list(fg.state_outputs.values())]
+    stack += [t.split(":")[0] for t in fg.inputs + fg.state_inputs]
+    while stack:
+        name = stack.pop()
+        if name in live or name not in by_name:
+            continue
+        live.add(name)
+        stack.extend(i.lstrip("^").split(":")[0] for i in by_name[name].input)
+    fg.nodes = [n for n in fg.nodes if n.name in live]
+    return fg

@@ -1,0 +1,140 @@
+"""From a FunctionalGraph to a Program: partition, ask the bridge, repeat.
+
+Nodes that can never compile are known up front (bridge.static_reason);
+others are found by asking the bridge for each compiled cluster's HLO: a
+rejected node moves to TensorFlow and the graph is partitioned again, until
+every compiled cluster is accepted.
+"""
+import warnings
+
+import numpy as np
+import tensorflow as tf
+
+from ..runtime.program import ClusterRun, Program, Specializer
+from . import bridge
+from .partition import Node, partition
+
+_SOURCE_OPS = {"Placeholder", "Const"}
+
+
+def _node_name(tensor):
+    return tensor.lstrip("^").split(":")[0]
+
+
+class Planner:
+    def __init__(self, fg, backend, cap=8):
+        self.fg, self.backend, self.cap = fg, backend, cap
+        self.by_name = {n.name: n for n in fg.nodes}
+        self.sources = {n.name for n in fg.nodes if n.op in _SOURCE_OPS}
+        self.consts = {n.name for n in fg.nodes if n.op == "Const"}
+        self.rejected = {}            # node name -> reason
+        self.modules = {}             # cluster id -> first compiled Module
+
+    def _partition(self):
+        nodes = []
+        for n in self.fg.nodes:
+            if n.name in self.sources:
+                continue
+            deps = [_node_name(i) for i in n.input]
+            reason = self.rejected.get(n.name) or bridge.static_reason(n)
+            nodes.append(Node(n.name,
+                              tuple(d for d, i in zip(deps, n.input)
+                                    if d not in self.sources and not i.startswith("^")),
+                              tuple(d for d, i in zip(deps, n.input)
+                                    if d not in self.sources and i.startswith("^")),
+                              compilable=not reason, reason=reason))
+        return partition(nodes)
+
+    def _boundary(self, members):
+        """Input and output tensors of a set of nodes (constants are copied in)."""
+        inputs, consumed = [], set()
+        for name in members:
+            for t in self.by_name[name].input:
+                if t.startswith("^"):
+                    continue
+                t = t if ":" in t else t + ":0"
+                producer = _node_name(t)
+                if producer not in members and producer not in self.consts:
+                    if t not in inputs:
+                        inputs.append(t)
+        needed = set(self.fg.outputs) | set(self.fg.state_outputs.values())
+        for n in self.fg.nodes:
+            if n.name not in members:
+                consumed.update(t if ":" in t else t + ":0" for t in n.input if not t.startswith("^"))
+        outputs = sorted({t for t in consumed | needed if _node_name(t) in members},
+                         key=lambda t: (list(members).index(_node_name(t)), t))
+        return inputs, outputs
+
+    def _nodes_for(self, members):
+        """The cluster's nodes plus every constant they read (so shapes stay constant)."""
+        wanted = set(members)
+        for name in members:
+            wanted.update(_node_name(i) for i in self.by_name[name].input
+                          if _node_name(i) in self.consts)
+        return [n for n in self.fg.nodes if n.name in wanted]
+
+    def _input_specs(self, inputs):
+        """TensorSpecs of `inputs` if all their shapes are static, else None."""
+        specs = [self.fg.specs.get(t) for t in inputs]
+        if any(s is None or not s.shape.is_fully_defined() for s in specs):
+            return None
+        return specs
+
+    def _compile_fn(self, fn):
+        def compile_for(specs):
+            module = bridge.hlo_module(fn, *specs)
+            return module, self.backend.compile(module)
+        return compile_for
+
+    def plan(self):
+        while True:
+            runs = self._try_plan()
+            if runs is not None:
+                return runs
+
+    def _try_plan(self):
+        """ClusterRuns, or None when the bridge rejected a node (partition again)."""
+        runs = []
+        for cluster in self._partition():
+            members = cluster.nodes
+            inputs, outputs = self._boundary(members)
+            fn = bridge.subgraph_function(self._nodes_for(members), self.fg.library,
+                                          inputs, outputs)
+            ops = [(m, self.by_name[m].op) for m in members]
+            run = ClusterRun(cluster.kind, ops, inputs, outputs, cluster.reason,
+                             tf_function=tf.function(fn))
+            runs.append(run)
+            if cluster.kind != "compiled":
+                continue
+            run.specializer = Specializer(self._compile_fn(fn),
+                                          f"'{members[0]}' ({len(members)} ops)", self.cap)
+            specs = self._input_specs(inputs)
+            if specs is None:             # shapes known only at run time
+                continue
+            try:
+                run.specializer.compile(tuple((tuple(s.shape), np.dtype(s.dtype.as_numpy_dtype))
+                                              for s in specs))
+            except bridge.BridgeRejected as e:
+                named = [n for n in e.nodes if n in self.by_name]
+                if not named:             # nothing to move out: keep it all in TF
+                    run.kind, run.reason = "tensorflow", e.message
+                    continue
+                self.rejected.update((n, e.message) for n in named)
+                return None
+            except Exception as e:        # our compiler's limits: TF runs it, we say why
+                warnings.warn(f"kerasjit: a cluster of {len(members)} ops runs in TensorFlow: "
+                              f"{e}", RuntimeWarning, stacklevel=2)
+                run.kind, run.reason, run.specializer = "tensorflow", str(e).split("\n")[0], None
+        return runs
+
+
+def build_program(fg, backend, cap=8):
+    planner = Planner(fg, backend, cap)
+    clusters = planner.plan()
+    constants = {}
+    for t in fg.outputs + list(fg.state_outputs.values()):
+        node = planner.by_name.get(_node_name(t))
+        if node is not None and node.op == "Const":
+            constants[t] = tf.make_ndarray(node.attr["value"].tensor)
+    return Program(clusters, fg.inputs, fg.state_inputs, fg.outputs, fg.state_outputs,
+                   constants)

@@ -1,0 +1,1 @@
+"""Running compiled steps: clusters in order, variables as aliased state."""

@@ -1,0 +1,87 @@
+"""Running a partitioned step: clusters in order over a table of values."""
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import tensorflow as tf
+
+
+@dataclass(eq=False)
+class ClusterRun:
+    """One cluster of a Program and how to run it."""
+    kind: str                   # "compiled" or "tensorflow"
+    ops: list                   # (node name, op type) of the TF nodes it holds
+    inputs: list                # tensor names it reads
+    outputs: list               # tensor names it produces for later clusters
+    reason: str = ""            # why it runs in TensorFlow
+    tf_function: object = None  # runs the cluster in TensorFlow
+    specializer: object = None  # compiled clusters: shapes -> executable
+
+    def run(self, args):
+        if self.kind == "compiled":
+            executable = self.specializer.get(args)
+            if executable is not None:
+                return executable(args)
+        outs = self.tf_function(*args)
+        return [np.asarray(o) for o in outs]
+
+
+class Specializer:
+    """Per-shape compiled executables of one cluster, up to `cap` of them.
+
+    Past the cap (or when a shape cannot be compiled) the cluster runs in
+    TensorFlow, with one warning: compiling every shape would cost more than
+    it saves.
+    """
+
+    def __init__(self, compile_fn, name, cap=8):
+        self.compile_fn, self.name, self.cap = compile_fn, name, cap
+        self.cache, self.gave_up, self.module = {}, None, None
+
+    def get(self, args):
+        if self.gave_up:
+            return None
+        key = tuple((a.shape, np.dtype(a.dtype)) for a in args)
+        if key not in self.cache:
+            if len(self.cache) >= self.cap:
+                return self._give_up(f"more than {self.cap} input shapes seen")
+            try:
+                self.compile(key)
+            except Exception as e:     # a compiler failure must not kill training
+                return self._give_up(f"compiling for shapes {[s for s, _ in key]} failed: {e}")
+        return self.cache[key]
+
+    def compile(self, key):
+        """Compile for ((shape, dtype), ...); the bridge's rejections propagate."""
+        module, executable = self.compile_fn([tf.TensorSpec(s, d) for s, d in key])
+        self.module = self.module or module
+        self.cache[key] = executable
+
+    def _give_up(self, reason):
+        self.gave_up = reason
+        warnings.warn(f"kerasjit: cluster {self.name} now runs in TensorFlow: {reason}",
+                      RuntimeWarning, stacklevel=4)
+        return None
+
+
+@dataclass(eq=False)
+class Program:
+    """A step as clusters over named tensors, with its state (variables) wired in."""
+    clusters: list
+    inputs: list                # tensor names of the flat step arguments
+    state_inputs: list          # tensor name per variable
+    outputs: list               # tensor names of the flat step outputs
+    state_outputs: dict         # variable index -> tensor name
+    constants: dict = field(default_factory=dict)   # const tensors read outside clusters
+
+    def run(self, args, state):
+        values = dict(self.constants)
+        values.update(zip(self.inputs, args))
+        values.update(zip(self.state_inputs, state))
+        for cluster in self.clusters:
+            outs = cluster.run([values[t] for t in cluster.inputs])
+            values.update(zip(cluster.outputs, outs))
+        new_state = list(state)
+        for i, t in self.state_outputs.items():
+            new_state[i] = values[t]
+        return [values[t] for t in self.outputs], new_state

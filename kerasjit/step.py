@@ -1,0 +1,59 @@
+"""A compiled step: a Python function of tensors, specialised per signature.
+
+Each new input signature (structure, shapes, dtypes) is traced with
+tf.function, made pure (variables in, updates out), partitioned and lowered;
+later calls with that signature run the cached Program. Variables are read
+before and written after every call, so whoever looks at them between calls
+sees the compiled state.
+"""
+import numpy as np
+import tensorflow as tf
+
+from .backends import get_backend
+from .frontend.functional import functionalize
+from .frontend.plan import build_program
+
+
+def _signature(flat):
+    return tuple((tuple(a.shape), np.dtype(a.dtype).str) if a is not None else None
+                 for a in flat)
+
+
+class CompiledStep:
+    def __init__(self, fn, backend="auto", name=None):
+        self.fn, self.backend = fn, get_backend(backend)
+        self.name = name or getattr(fn, "__name__", "step")
+        self.programs = {}          # (structure, signature) -> (Program, variables, out structure)
+
+    def _trace(self, structure, flat):
+        tensors = [a for a in flat if a is not None]
+        holes = [i for i, a in enumerate(flat) if a is None]
+        out_structure = []
+
+        def pure(*args):
+            it = iter(args)
+            full = [None if i in holes else next(it) for i in range(len(flat))]
+            out = self.fn(*tf.nest.pack_sequence_as(structure, full))
+            out_structure.append(out)
+            return tf.nest.flatten(out)
+        specs = [tf.TensorSpec(a.shape, a.dtype) for a in tensors]
+        concrete = tf.function(pure, autograph=False).get_concrete_function(*specs)
+        fg = functionalize(concrete)
+        program = build_program(fg, self.backend)
+        return program, fg.variables, out_structure[0]
+
+    def program_for(self, *args):
+        flat = [None if a is None else np.asarray(a) for a in tf.nest.flatten(list(args))]
+        key = (tf.nest.map_structure(lambda _: 0, list(args)), _signature(flat))
+        key = (str(key[0]), key[1])
+        if key not in self.programs:
+            self.programs[key] = self._trace(list(args), flat)
+        return self.programs[key], [a for a in flat if a is not None]
+
+    def __call__(self, *args):
+        (program, variables, out_structure), tensors = self.program_for(*args)
+        state = [v.numpy() for v in variables]
+        outputs, new_state = program.run(tensors, state)
+        for i in program.state_outputs:
+            variables[i].assign(new_state[i])
+        return tf.nest.pack_sequence_as(out_structure, outputs)

@@ -1,0 +1,78 @@
+"""The reference workloads (seed models) with deterministic synthetic data.
+
+Shared by tests, examples and benchmarks so that every comparison trains the
+same models on the same data. No downloads: data is generated from a seed.
+"""
+import keras
+import numpy as np
+
+
+def softmax_regression(jit_compile=False):
+    """Seed-002: 784 -> 10 softmax regression, SGD(0.5), batch 100."""
+    model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(10, activation="softmax")],
+                             name="softmax_regression")
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss="categorical_crossentropy",
+                  metrics=["accuracy"], jit_compile=jit_compile)
+    return model
+
+
+def mlp(dropout=0.5, jit_compile=False):
+    """784-256-10 MLP with Dropout, Adam."""
+    layers = [keras.Input((784,)), keras.layers.Dense(256, activation="relu")]
+    if dropout:
+        layers.append(keras.layers.Dropout(dropout))
+    layers.append(keras.layers.Dense(10, activation="softmax"))
+    model = keras.Sequential(layers, name="mlp")
+    model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"],
+                  jit_compile=jit_compile)
+    return model
+
+
+def conv_bn(image_size=28, jit_compile=False):
+    """Conv2D + BatchNorm + MaxPool CNN, SGD with momentum."""
+    model = keras.Sequential([
+        keras.Input((image_size, image_size, 1)),
+        keras.layers.Conv2D(8, 3, padding="same"),
+        keras.layers.BatchNormalization(),
+        keras.layers.ReLU(),
+        keras.layers.MaxPooling2D(2),
+        keras.layers.Conv2D(16, 3, strides=2, activation="relu"),
+        keras.layers.Flatten(),
+        keras.layers.Dense(10, activation="softmax"),
+    ], name="conv_bn")
+    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+                  loss="categorical_crossentropy", metrics=["accuracy"],
+                  jit_compile=jit_compile)
+    return model
+
+
+def elephant_cnn(image_size=150, jit_compile=False):
+    """Seed-003: the African/Asian elephant classifier (sigmoid, binary cross-entropy)."""
+    model = keras.Sequential([
+        keras.Input((image_size, image_size, 3)),
+        keras.layers.Conv2D(64, (5, 5), activation="relu"),
+        keras.layers.MaxPooling2D(pool_size=(2, 2)),
+        keras.layers.Conv2D(32, (5, 5), activation="relu"),
+        keras.layers.MaxPooling2D(pool_size=(2, 2)),
+        keras.layers.Conv2D(16, (5, 5), activation="relu"),
+        keras.layers.MaxPooling2D(pool_size=(2, 2)),
+        keras.layers.Flatten(),
+        keras.layers.Dense(126, activation="relu"),
+        keras.layers.Dense(52, activation="relu"),
+        keras.layers.Dense(1, activation="sigmoid"),
+    ], name="elephant_cnn")
+    model.compile(loss="binary_crossentropy", optimizer="adam", metrics=["accuracy"],
+                  jit_compile=jit_compile)
+    return model
+
+
+def classification_data(n, input_shape, classes, seed=0):
+    """Inputs in [0, 1) and labels that depend on them (so models can learn)."""
+    rng = np.random.default_rng(seed)
+    x = rng.random((n, *input_shape), dtype=np.float32)
+    score = x.reshape(n, -1) @ rng.standard_normal(int(np.prod(input_shape))).astype(np.float32)
+    if classes == 1:
+        return x, (score > np.median(score)).astype(np.float32).reshape(n, 1)
+    bins = np.quantile(score, np.linspace(0, 1, classes + 1)[1:-1])
+    labels = np.digitize(score, bins)
+    return x, np.eye(classes, dtype=np.float32)[labels]

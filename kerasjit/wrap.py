@@ -1,0 +1,92 @@
+"""`kerasjit.wrap(model)`: Keras's own fit/evaluate/predict, compiled steps.
+
+Keras builds `train_function` & co. lazily through `make_*_function`; wrap
+swaps those three for versions that run the model's own `train_step`,
+`test_step` and `predict_step` through kerasjit. Everything else (callbacks,
+History, progress bar, validation, save/load, summary) is Keras's code
+untouched, which is how the wrapped model keeps behaving as the original.
+The model object itself is returned, switched to compiled steps, the way
+`compile(jit_compile=True)` switches a model to XLA.
+"""
+import keras
+import numpy as np
+import tensorflow as tf
+
+from .backends import get_backend
+from .step import CompiledStep
+
+
+class JitState:
+    """What wrap attaches to a model: the backend and its compiled steps."""
+
+    def __init__(self, model, backend):
+        self.backend = backend
+        self.train = CompiledStep(model.train_step, backend, "train_step")
+        self.test = CompiledStep(model.test_step, backend, "test_step")
+        self.predict = CompiledStep(model.predict_step, backend, "predict_step")
+
+
+def _check_model(model):
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"kerasjit.wrap expects a keras.Model, got {type(model).__name__}")
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError("kerasjit needs Keras's TensorFlow backend "
+                           f"(KERAS_BACKEND is '{keras.backend.backend()}')")
+    if not model.compiled or model.optimizer is None:
+        raise ValueError(f"model '{model.name}' is not compiled: call model.compile(optimizer=..., "
+                         "loss=...) before kerasjit.wrap")
+
+
+def _to_numpy(structure):
+    return tf.nest.map_structure(lambda t: None if t is None else np.asarray(t), structure)
+
+
+def _steps(model, step):
+    """A Keras train/test function: up to steps_per_execution steps per call."""
+    def function(iterator):
+        logs = None
+        for _ in range(model.steps_per_execution):
+            try:
+                data = next(iterator)
+            except (StopIteration, tf.errors.OutOfRangeError):
+                if logs is None:
+                    raise StopIteration from None
+                break
+            logs = step(_to_numpy(data))
+        return logs
+    return function
+
+
+def wrap(model, backend="auto"):
+    """Make `model` train, evaluate and predict through kerasjit; returns the model.
+
+    backend: "auto" (best available), "reference" (the numpy evaluator), or a
+    compiler backend. Bad input raises before the model is changed.
+    """
+    _check_model(model)
+    state = JitState(model, get_backend(backend))
+
+    def make_train_function(force=False):
+        if model.train_function is None or force:
+            model.train_function = _steps(model, state.train)
+        return model.train_function
+
+    def make_test_function(force=False):
+        if model.test_function is None or force:
+            model.test_function = _steps(model, state.test)
+        return model.test_function
+
+    def make_predict_function(force=False):
+        if model.predict_function is None or force:
+            def predict_function(batches):
+                outputs = [state.predict(_to_numpy(b)) for b in batches]
+                return tf.nest.map_structure(lambda *o: np.concatenate(o), *outputs)
+            model.predict_function = predict_function
+        return model.predict_function
+
+    model._kerasjit = state
+    model.make_train_function = make_train_function
+    model.make_test_function = make_test_function
+    model.make_predict_function = make_predict_function
+    model.train_function = model.test_function = model.predict_function = None
+    return model

@@ -1,0 +1,74 @@
+"""Wrapped models train like plain Keras: weights and logs after 5 steps.
+
+The yardstick is Keras+XLA on the same model and data: kerasjit may be no
+further from plain Keras than XLA is (XLA's own rounding differs slightly;
+both are float32 rounding noise that Adam amplifies on near-zero gradients,
+so "as far" is read as within a factor of 2, with a 1e-6 floor),
+and with dropout it must match exactly, since kerasjit reproduces
+TensorFlow's own random stream (XLA's masks differ).
+"""
+import keras
+import numpy as np
+import pytest
+
+import kerasjit
+from kerasjit import workloads
+
+STEPS = 5
+
+
+def train(build, x, y, batch, mode):
+    keras.utils.set_random_seed(42)
+    model = build(jit_compile=(mode == "xla"))
+    if mode == "kerasjit":
+        model = kerasjit.wrap(model, backend="reference")
+    history = model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0)
+    return model.get_weights(), history.history
+
+
+def max_weight_diff(a, b):
+    return max(float(np.max(np.abs(p - q))) for p, q in zip(a, b))
+
+
+CASES = {
+    "softmax_regression": (workloads.softmax_regression, (784,), 10, 100),
+    "mlp_no_dropout": (lambda **k: workloads.mlp(dropout=0, **k), (784,), 10, 64),
+    "conv_bn": (workloads.conv_bn, (28, 28, 1), 10, 32),
+    "elephant_cnn": (lambda **k: workloads.elephant_cnn(image_size=40, **k), (40, 40, 3), 1, 16),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_parity_with_plain_keras_within_xla_distance(name):
+    build, shape, classes, batch = CASES[name]
+    x, y = workloads.classification_data(STEPS * batch, shape, classes)
+    plain_w, plain_h = train(build, x, y, batch, "plain")
+    xla_w, _ = train(build, x, y, batch, "xla")
+    jit_w, jit_h = train(build, x, y, batch, "kerasjit")
+    xla_distance = max_weight_diff(plain_w, xla_w)
+    ours = max_weight_diff(plain_w, jit_w)
+    assert ours <= max(2 * xla_distance, 1e-6), (ours, xla_distance)
+    assert plain_h.keys() == jit_h.keys()
+    for key in plain_h:
+        np.testing.assert_allclose(jit_h[key], plain_h[key], rtol=1e-5, atol=1e-6)
+
+
+def test_dropout_masks_match_plain_keras_exactly():
+    x, y = workloads.classification_data(STEPS * 64, (784,), 10)
+    plain_w, plain_h = train(workloads.mlp, x, y, 64, "plain")
+    jit_w, jit_h = train(workloads.mlp, x, y, 64, "kerasjit")
+    # A different mask moves weights by ~1e-2 (as XLA's does); rounding alone is ~1e-7.
+    assert max_weight_diff(plain_w, jit_w) < 1e-6
+    np.testing.assert_allclose(jit_h["loss"], plain_h["loss"], rtol=1e-6)
+
+
+def test_evaluate_and_predict_match_plain_keras():
+    x, y = workloads.classification_data(200, (784,), 10)
+    keras.utils.set_random_seed(0)
+    plain = workloads.mlp()
+    keras.utils.set_random_seed(0)
+    wrapped = kerasjit.wrap(workloads.mlp(), backend="reference")
+    np.testing.assert_allclose(wrapped.evaluate(x, y, batch_size=64, verbose=0),
+                               plain.evaluate(x, y, batch_size=64, verbose=0), rtol=1e-5)
+    np.testing.assert_allclose(wrapped.predict(x, batch_size=64, verbose=0),
+                               plain.predict(x, batch_size=64, verbose=0), atol=1e-6)
