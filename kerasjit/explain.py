@@ -68,10 +68,10 @@ def explain(model_or_fn, *example_inputs, backend="auto"):
     return Explanation(step.name, program)
 
 
-def jit(fn, backend="auto"):
+def jit(fn, backend="auto", max_shapes=8):
     """Compile a TensorFlow function of tensors (the seed's `xla.compile`).
 
     Returns a callable taking arrays/tensors and returning numpy results;
     variables it captures are read and updated as TensorFlow would.
     """
-    return CompiledStep(fn, backend)
+    return CompiledStep(fn, backend, max_shapes=max_shapes)

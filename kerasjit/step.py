@@ -20,8 +20,8 @@ def _signature(flat):
 
 
 class CompiledStep:
-    def __init__(self, fn, backend="auto", name=None):
-        self.fn, self.backend = fn, get_backend(backend)
+    def __init__(self, fn, backend="auto", name=None, max_shapes=8):
+        self.fn, self.backend, self.max_shapes = fn, get_backend(backend), max_shapes
         self.name = name or getattr(fn, "__name__", "step")
         self.programs = {}          # (structure, signature) -> (Program, variables, out structure)
 
@@ -39,7 +39,7 @@ class CompiledStep:
         specs = [tf.TensorSpec(a.shape, a.dtype) for a in tensors]
         concrete = tf.function(pure, autograph=False).get_concrete_function(*specs)
         fg = functionalize(concrete)
-        program = build_program(fg, self.backend)
+        program = build_program(fg, self.backend, self.max_shapes)
         return program, fg.variables, out_structure[0]
 
     def program_for(self, *args):

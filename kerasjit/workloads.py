@@ -70,6 +70,7 @@ def classification_data(n, input_shape, classes, seed=0):
     """Inputs in [0, 1) and labels that depend on them (so models can learn)."""
     rng = np.random.default_rng(seed)
     x = rng.random((n, *input_shape), dtype=np.float32)
+    x[rng.random(x.shape) < 0.8] = 0.0      # mostly-dark pixels, like digit images
     score = x.reshape(n, -1) @ rng.standard_normal(int(np.prod(input_shape))).astype(np.float32)
     if classes == 1:
         return x, (score > np.median(score)).astype(np.float32).reshape(n, 1)

@@ -19,11 +19,11 @@ from .step import CompiledStep
 class JitState:
     """What wrap attaches to a model: the backend and its compiled steps."""
 
-    def __init__(self, model, backend):
+    def __init__(self, model, backend, max_shapes):
         self.backend = backend
-        self.train = CompiledStep(model.train_step, backend, "train_step")
-        self.test = CompiledStep(model.test_step, backend, "test_step")
-        self.predict = CompiledStep(model.predict_step, backend, "predict_step")
+        self.train = CompiledStep(model.train_step, backend, "train_step", max_shapes)
+        self.test = CompiledStep(model.test_step, backend, "test_step", max_shapes)
+        self.predict = CompiledStep(model.predict_step, backend, "predict_step", max_shapes)
 
 
 def _check_model(model):
@@ -57,14 +57,16 @@ def _steps(model, step):
     return function
 
 
-def wrap(model, backend="auto"):
+def wrap(model, backend="auto", max_shapes=8):
     """Make `model` train, evaluate and predict through kerasjit; returns the model.
 
     backend: "auto" (best available), "reference" (the numpy evaluator), or a
-    compiler backend. Bad input raises before the model is changed.
+    compiler backend. max_shapes: how many input shapes a cluster whose shapes
+    are known only at run time is compiled for before it stays in TensorFlow.
+    Bad input raises before the model is changed.
     """
     _check_model(model)
-    state = JitState(model, get_backend(backend))
+    state = JitState(model, get_backend(backend), max_shapes)
 
     def make_train_function(force=False):
         if model.train_function is None or force:
@@ -80,7 +82,8 @@ def wrap(model, backend="auto"):
         if model.predict_function is None or force:
             def predict_function(batches):
                 outputs = [state.predict(_to_numpy(b)) for b in batches]
-                return tf.nest.map_structure(lambda *o: np.concatenate(o), *outputs)
+                return tf.nest.map_structure(lambda *o: tf.constant(np.concatenate(o)),
+                                             *outputs)
             model.predict_function = predict_function
         return model.predict_function
 

@@ -158,14 +158,14 @@ def test_diamond_with_uncompilable_branch():
 
 def test_diamond_uncompilable_ends():
     # A(unc) -> B, C -> D(unc): the ends cannot merge (that would cycle
-    # through B).  B and C share no edge, so like TF (which only contracts
-    # edges) we leave them as separate compiled clusters.
+    # through B).  B and C share no edge; TF (which only contracts edges)
+    # would leave them apart, but no path joins them, so we merge them into
+    # one compiled call.
     nodes = [U("A"), C("B", "A"), C("C", "A"), U("D", "B", "C")]
     out = partition(nodes)
     assert [(c.kind, c.nodes) for c in out] == [
         ("tensorflow", ["A"]),
-        ("compiled", ["B"]),
-        ("compiled", ["C"]),
+        ("compiled", ["B", "C"]),
         ("tensorflow", ["D"]),
     ]
     # With an edge B -> C the compiled middle becomes one cluster.

@@ -94,7 +94,7 @@ def _literal_values(literal):
 
 def hlo_module(fn, *args):
     """The HLO Module TensorFlow's bridge makes of `fn` for these args or TensorSpecs."""
-    compiled = tf.function(fn, jit_compile=True)
+    compiled = tf.function(fn, jit_compile=True, autograph=False)
     ir = compiled.experimental_get_compiler_ir(*args)
     try:
         text = ir(stage="hlo")

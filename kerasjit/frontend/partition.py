@@ -119,9 +119,10 @@ class _ClusterDAG:
         return seen
 
     def try_merge(self, u, v):
-        """Merge the clusters of u and v (an edge u -> v exists) unless that
-        would create a cycle, i.e. unless another path leads from one to the
-        other through a third cluster.  Returns True if merged."""
+        """Merge the clusters of u and v (an edge u -> v, or none, and u ranked
+        first) unless that would create a cycle, i.e. unless another path
+        leads from one to the other through a third cluster.  Returns True if
+        merged."""
         a, b = self.find(u), self.find(v)
         if a == b:
             return False
@@ -162,6 +163,19 @@ class _ClusterDAG:
             rank[c] = r
 
 
+def _merge_unconnected_compiled(dag, tnodes):
+    """Merge compiled clusters that no path connects, so a step makes one
+    compiled call where TF's edge-only contraction would leave several
+    (e.g. the optimizer's iteration counter, fed only by its variable).
+    Two clusters without a path between them can never close a cycle."""
+    roots = sorted({dag.find(v) for v, n in enumerate(tnodes) if n.compilable},
+                   key=dag.rank.__getitem__)
+    for r in roots[1:]:
+        first, other = dag.find(roots[0]), dag.find(r)
+        a, b = sorted((first, other), key=dag.rank.__getitem__)
+        dag.try_merge(a, b)
+
+
 def partition(nodes: list[Node]) -> list[Cluster]:
     """Partition a DAG into clusters, returned in an order in which they can run."""
     nodes = list(nodes)
@@ -185,6 +199,8 @@ def partition(nodes: list[Node]) -> list[Cluster]:
                 for u in tpreds[v]:
                     if tnodes[u].compilable == kind and dag.try_merge(u, v):
                         changed = True
+
+    _merge_unconnected_compiled(dag, tnodes)
 
     members = {}
     for v in range(len(tnodes)):  # ascending v keeps each cluster topo-ordered

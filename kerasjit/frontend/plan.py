@@ -71,7 +71,16 @@ class Planner:
         for name in members:
             wanted.update(_node_name(i) for i in self.by_name[name].input
                           if _node_name(i) in self.consts)
-        return [n for n in self.fg.nodes if n.name in wanted]
+        nodes = []
+        for n in self.fg.nodes:
+            if n.name in wanted:       # control edges from other clusters: the order keeps them
+                copy = type(n)()
+                copy.CopyFrom(n)
+                del copy.input[:]
+                copy.input.extend(i for i in n.input
+                                  if not i.startswith("^") or i[1:] in wanted)
+                nodes.append(copy)
+        return nodes
 
     def _input_specs(self, inputs):
         """TensorSpecs of `inputs` if all their shapes are static, else None."""
@@ -102,7 +111,7 @@ class Planner:
                                           inputs, outputs)
             ops = [(m, self.by_name[m].op) for m in members]
             run = ClusterRun(cluster.kind, ops, inputs, outputs, cluster.reason,
-                             tf_function=tf.function(fn))
+                             tf_function=tf.function(fn, autograph=False))
             runs.append(run)
             if cluster.kind != "compiled":
                 continue

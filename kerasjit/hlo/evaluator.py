@@ -11,7 +11,9 @@ once on whole arrays instead of once per element (reduce, reduce-window,
 select-and-scatter, sort); a single recognised binary op becomes a numpy ufunc.
 """
 import functools
+import math
 
+import ml_dtypes
 import numpy as np
 
 from .ir import WindowDim
@@ -28,6 +30,8 @@ def evaluate(module, args):
 
 
 def evaluate_computation(comp, args):
+    """Run `comp` on `args`; elementwise-only computations also accept arrays
+    where their parameters are scalars (see _apply)."""
     values = {}
     with np.errstate(all="ignore"):
         for inst in comp.post_order():
@@ -152,7 +156,8 @@ _COMPARE = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equ
 
 
 def _compare(inst, a, b):
-    if inst.attrs.get("comparison_type") == "TOTALORDER" and _is_float(a):
+    kind = inst.attrs.get("type", inst.attrs.get("comparison_type"))   # XLA prints `type=`
+    if kind == "TOTALORDER" and _is_float(a):
         a, b = _total_order_key(a), _total_order_key(b)
     return _COMPARE[inst.attrs["direction"]](a, b)
 
@@ -185,7 +190,11 @@ def _convert(inst, x):
 
 
 def _bitcast_convert(inst, x):
-    return np.ascontiguousarray(x).view(_out_dtype(inst)).reshape(inst.shape.dims)
+    """Reinterpret bits; between widths the narrower side has an extra last dim."""
+    to, x = _out_dtype(inst), np.array(x, order="C")   # keeps 0-d arrays 0-d
+    if to.itemsize > x.dtype.itemsize:
+        return x.view(to)[..., 0]
+    return x[..., None].view(to) if to.itemsize < x.dtype.itemsize else x.view(to)
 
 
 def _popcnt(inst, x):
@@ -200,7 +209,6 @@ def _clz(inst, x):
 
 
 def _erf(inst, x):
-    import math
     return np.frompyfunc(math.erf, 1, 1)(x.astype(np.float64))
 
 
@@ -211,7 +219,7 @@ def _imag(inst, x):
 def _reduce_precision(inst, x):
     """Round to `mantissa_bits` (nearest even) and clamp to `exponent_bits` range,
     by bit manipulation as XLA does; NaN stays NaN."""
-    finfo = np.finfo(x.dtype)
+    finfo = ml_dtypes.finfo(x.dtype)
     src_m, src_e = finfo.nmant, finfo.nexp
     m, e = inst.attrs["mantissa_bits"], inst.attrs["exponent_bits"]
     u = _as_unsigned(x)
@@ -473,9 +481,10 @@ def _scatter_into(outs, flat_index, updates, comp):
 # ------------------------------------------------------------ dot and conv
 
 def _accumulator(inst):
+    """Compute dtype: the result type, but f32 for f16/bf16 results."""
     dtype = _out_dtype(inst)
-    return np.dtype(np.float32) if dtype.kind == "f" and dtype.itemsize < 4 or \
-        dtype == DTYPES["bf16"] else dtype
+    narrow_float = dtype == DTYPES["bf16"] or (dtype.kind == "f" and dtype.itemsize < 4)
+    return np.dtype(np.float32) if narrow_float else dtype
 
 
 def _dot(inst, lhs, rhs):
@@ -629,6 +638,9 @@ def _scatter(inst, *operands):
 
 # -------------------------------------------------------------------- sort
 
+_PAIRWISE_SORT_LIMIT = 2048     # rows up to this long precompute comparator tables
+
+
 def _sort(inst, *xs):
     dim = inst.attrs["dimensions"][0]
     comp = inst.attrs["to_apply"]
@@ -637,13 +649,18 @@ def _sort(inst, *xs):
     rows = [m.reshape(-1, length) for m in moved]
     order = np.empty((rows[0].shape[0], length), dtype=np.int64)
     for r in range(rows[0].shape[0]):
-        # less[i, j] = comparator(x_i, x_j), all pairs of the row at once.
-        pairs = []
-        for row in rows:
-            pairs += [row[r][:, None], row[r][None, :]]
-        less = _apply(comp, pairs)[0]
-        cmp = functools.cmp_to_key(
-            lambda i, j: -1 if less[i, j] else (1 if less[j, i] else 0))
+        if length <= _PAIRWISE_SORT_LIMIT:     # comparator on all pairs of the row at once
+            pairs = []
+            for row in rows:
+                pairs += [row[r][:, None], row[r][None, :]]
+            table = _apply(comp, pairs)[0]
+
+            def less(i, j):
+                return table[i, j]
+        else:
+            def less(i, j):
+                return _apply(comp, [x for row in rows for x in (row[r, i], row[r, j])])[0]
+        cmp = functools.cmp_to_key(lambda i, j: -1 if less(i, j) else (1 if less(j, i) else 0))
         order[r] = sorted(range(length), key=cmp)      # Python's sort is stable
     outs = [np.take_along_axis(row, order, axis=1).reshape(lead + (length,))
             for row in rows]
@@ -670,33 +687,90 @@ def _philox4x32(counters, key):
     return np.stack(c, axis=1).astype(np.uint32)
 
 
-def _philox_bits(state, shape):
-    """XLA's Philox generator: state u64[3] = (key, counter low, counter high).
-    Block i uses the 128-bit counter + i; its four u32 words fill the output in
-    order (a 64-bit element takes two words, low word first)."""
+def _split_u64(x):
+    return x & np.uint64(0xFFFFFFFF), x >> np.uint64(32)
+
+
+def _philox_bits(state, dims, wide):
+    """XLA's PhiloxBitGenerator: state u64[3] = (key, counter low, counter high).
+    Block i runs on the 128-bit counter + i; its four u32 words fill the output
+    in order (a 64-bit element takes two words, low first). The new state's
+    counter is advanced by the number of blocks."""
     key, lo, hi = state[0], state[1], state[2]
-    words = shape.size * shape.numpy_dtype.itemsize // 4
+    words = int(np.prod(dims, dtype=np.int64)) * (2 if wide else 1)
     blocks = -(-words // 4)
     block_lo = lo + np.arange(blocks, dtype=np.uint64)
     block_hi = hi + (block_lo < lo)                    # carry into the high half
-    mask, s32 = np.uint64(0xFFFFFFFF), np.uint64(32)
-    counters = np.stack([block_lo & mask, block_lo >> s32, block_hi & mask,
-                         block_hi >> s32], axis=1)
+    counters = np.stack(_split_u64(block_lo) + _split_u64(block_hi), axis=1)
     bits = _philox4x32(counters, (int(key) & 0xFFFFFFFF, int(key) >> 32)).reshape(-1)[:words]
     new_state = state.copy()
     new_state[1] = lo + np.uint64(blocks)
     new_state[2] = hi + (new_state[1] < lo)
-    return new_state, bits.view(shape.numpy_dtype).reshape(shape.dims)
+    return new_state, bits.view(np.uint64 if wide else np.uint32).reshape(dims)
+
+
+_THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+def _threefry2x32(x0, x1, key):
+    """Threefry-2x32 with 20 rounds, on u32 arrays, as XLA's prng.cc."""
+    k0, k1 = np.uint32(int(key) & 0xFFFFFFFF), np.uint32(int(key) >> 32)
+    ks = (k0, k1, np.uint32(0x1BD11BDA) ^ k0 ^ k1)
+    x0, x1 = x0 + ks[0], x1 + ks[1]
+    for i in range(5):
+        for r in _THREEFRY_ROTATIONS[i % 2]:
+            x0 = x0 + x1
+            x1 = ((x1 << np.uint32(r)) | (x1 >> np.uint32(32 - r))) ^ x0
+        x0, x1 = x0 + ks[(i + 1) % 3], x1 + ks[(i + 2) % 3] + np.uint32(i + 1)
+    return x0, x1
+
+
+def _threefry_bits(state, dims, wide):
+    """XLA's ThreeFryBitGenerator: state u64[2] = (key, counter). A 64-bit
+    element i is the block of counter + i. For 32 bits, one dim (the first even
+    one, else the first largest) is halved; block j of the halved shape gives
+    the element pair (2j, 2j + 1) along that dim."""
+    key, counter = state[0], state[1]
+
+    def blocks(shape):
+        c = counter + np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.uint64)
+        x0, x1 = _threefry2x32(*(w.astype(np.uint32) for w in _split_u64(c)), key)
+        return x0.reshape(shape), x1.reshape(shape)
+    if wide:
+        x0, x1 = blocks(dims)
+        bits, used = x0.astype(np.uint64) | (x1.astype(np.uint64) << np.uint64(32)), x0.size
+    elif not dims:
+        bits, used = blocks(())[0], 1
+    else:
+        even = [d for d, n in enumerate(dims) if n % 2 == 0]
+        split = even[0] if even else int(np.argmax(dims))
+        half = list(dims)
+        half[split] = -(-dims[split] // 2)
+        x0, x1 = blocks(half)
+        pairs = np.stack([x0, x1], axis=split + 1)
+        half[split] *= 2
+        bits = pairs.reshape(half)[tuple(slice(0, n) for n in dims)]
+        used = x0.size
+    new_state = state.copy()
+    new_state[1] = counter + np.uint64(used)
+    return new_state, bits
+
+
+_RNG_ALGORITHMS = {"rng_philox": _philox_bits, "rng_default": _philox_bits,
+                   "rng_three_fry": _threefry_bits}
 
 
 def _rng_bit_generator(inst, state):
     algorithm = inst.attrs.get("algorithm", "rng_default")
-    if algorithm not in ("rng_philox", "rng_default"):
+    if algorithm not in _RNG_ALGORITHMS:
         raise NotImplementedError(f"evaluator: rng-bit-generator algorithm={algorithm}")
-    if inst.shape.tuple_shapes[1].dtype not in ("u32", "u64", "s32", "s64"):
-        raise NotImplementedError("evaluator: rng-bit-generator of "
-                                  f"{inst.shape.tuple_shapes[1].dtype} bits")
-    return _philox_bits(state, inst.shape.tuple_shapes[1])
+    shape = inst.shape.tuple_shapes[1]
+    dtype = shape.numpy_dtype
+    if dtype.itemsize not in (1, 2, 4, 8) or dtype.kind in "bc":
+        raise NotImplementedError(f"evaluator: rng-bit-generator of {shape.dtype} bits")
+    new_state, bits = _RNG_ALGORITHMS[algorithm](state, shape.dims, dtype.itemsize == 8)
+    # Narrow types keep the low bits of 32-bit draws, as XLA does.
+    return new_state, bits.astype(_UINT[dtype.itemsize]).view(dtype)
 
 
 # -------------------------------------------------------------- structure

@@ -4,9 +4,10 @@
     computation := ['ENTRY'] '%'name signature '{' instruction* '}'
     instruction := ['ROOT'] '%'name '=' shape opcode '(' operands ')' (',' attr)*
 
-Layouts are accepted only when they are XLA's default row-major layout: the
-bridge's pre-optimisation HLO always uses it, and nothing downstream models
-another one. Constants that the printer elided as `{...}` are taken from
+Layouts are read and dropped: kerasjit's IR is logical (row-major) and every
+opcode's value is independent of layout, except `bitcast`, which is refused
+when a non-default layout is involved. (The bridge gives transposes a
+permuted layout; the logical transpose is the same.) Constants that the printer elided as `{...}` are taken from
 `constants` (name -> ndarray), usually read from the serialized module.
 """
 import re
@@ -30,6 +31,7 @@ _BLANK = re.compile(r"\s+|/\*.*?\*/|//[^\n]*", re.S)     # whitespace and commen
 class _Cursor:
     def __init__(self, text):
         self.text, self.pos = text, 0
+        self.physical_layouts = False     # a non-default layout seen in this instruction
 
     def error(self, message):
         line = self.text.count("\n", 0, self.pos) + 1
@@ -110,10 +112,10 @@ def parse_shape(cur):
         cur.accept(",")
     shape = Shape(dtype, tuple(dims))
     if cur.text.startswith("{", cur.pos):      # a layout touches the ']'
-        layout = cur.balanced()[1:-1]
+        layout = cur.balanced()[1:-1].split(":")[0]
         minor_to_major = [int(d) for d in layout.split(",") if d.strip()]
         if minor_to_major and minor_to_major != list(reversed(range(len(dims)))):
-            cur.error(f"non-default layout {{{layout}}} is not supported")
+            cur.physical_layouts = True
     return shape
 
 
@@ -191,6 +193,7 @@ def _typed_attr(cur, key, computations):
 
 def _parse_instruction(cur, scope, computations, constants):
     is_root = cur.accept("ROOT ")
+    cur.physical_layouts = False
     name = cur.name()
     cur.expect("=")
     shape = parse_shape(cur)
@@ -221,6 +224,8 @@ def _parse_instruction(cur, scope, computations, constants):
                 cur.error(f"operand %{operand} is used before it is defined")
             operands.append(scope[operand])
             cur.accept(",")
+    if op == "bitcast" and cur.physical_layouts:
+        cur.error("bitcast with a non-default layout reinterprets memory; not supported")
     attrs = {}
     while cur.accept(","):
         key = cur.match(re.compile(r"[a-z_]+"), "an attribute name")

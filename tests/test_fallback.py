@@ -1,0 +1,91 @@
+"""Per-cluster fallback: what the bridge cannot compile runs in TensorFlow."""
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import kerasjit
+
+
+class RunTimeAxisExpand(keras.layers.Layer):
+    """The seed's case: expand_dims on an axis drawn at run time (always 1 here)."""
+
+    def call(self, x):
+        axis = tf.random.uniform([], 1, 2, dtype=tf.int32)
+        return tf.reshape(tf.expand_dims(x, axis), [-1, x.shape[-1]])
+
+
+def expand_model():
+    model = keras.Sequential([keras.Input((12,)), keras.layers.Dense(16, activation="relu"),
+                              RunTimeAxisExpand(), keras.layers.Dense(3, activation="softmax")])
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    return model
+
+
+def test_seed_runtime_axis_expand_dims_trains_split_between_tf_and_compiled():
+    rng = np.random.default_rng(0)
+    x, y = rng.random((64, 12), dtype=np.float32), rng.integers(0, 3, 64)
+    keras.utils.set_random_seed(3)
+    plain = expand_model()
+    plain.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    keras.utils.set_random_seed(3)
+    wrapped = kerasjit.wrap(expand_model(), backend="reference")
+    wrapped.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    for a, b in zip(plain.get_weights(), wrapped.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+    explanation = kerasjit.explain(wrapped, x[:16], y[:16])
+    fallback = [c for c in explanation.clusters if c.kind == "tensorflow"]
+    compiled = [c for c in explanation.clusters if c.kind == "compiled"]
+    assert any("ExpandDims" in c.ops and "compile-time constant" in c.reason for c in fallback)
+    assert any("RandomUniformInt" in c.ops and "stateful random" in c.reason for c in fallback)
+    assert sum(len(c.ops) for c in compiled) > 5 * sum(len(c.ops) for c in fallback)
+    # Clusters downstream of the run-time shape were specialised when the step ran.
+    assert all(c.hlo for c in compiled)
+    text = str(explanation)
+    assert "TensorFlow: " in text and "compile-time constant" in text
+
+
+def test_jit_seed_reduction_matches_numpy():
+    f = kerasjit.jit(lambda x, y, z: tf.reduce_sum(x + y * z), backend="reference")
+    x, y, z = (np.random.default_rng(i).random(100, dtype=np.float32) for i in range(3))
+    np.testing.assert_allclose(f(x, y, z), np.sum(x + y * z), rtol=1e-5)
+    explanation = kerasjit.explain(f, x, y, z)
+    assert [c.kind for c in explanation.clusters] == ["compiled"]
+    assert "reduce(" in explanation.hlo and "multiply(" in explanation.hlo
+
+
+def test_py_function_strings_and_one_arg_where_run_in_tensorflow():
+    def f(x):
+        doubled = tf.py_function(lambda t: t * 2.0, [x], tf.float32)
+        doubled.set_shape(x.shape)
+        label = tf.strings.as_string(tf.reduce_sum(x))
+        positive = tf.cast(tf.shape(tf.where(x > 0.5))[0], tf.float32)
+        return tf.reduce_sum(doubled + 1.0) + positive, label
+    x = np.linspace(0, 1, 10, dtype=np.float32)
+    jitted = kerasjit.jit(f, backend="reference")
+    value, label = jitted(x)
+    expected_value, expected_label = f(tf.constant(x))
+    np.testing.assert_allclose(value, expected_value.numpy(), rtol=1e-6)
+    assert label == expected_label.numpy()
+    reasons = " ".join(c.reason for c in kerasjit.explain(jitted, x).clusters)
+    for why in ("py_function", "string", "tf.where"):
+        assert why in reasons
+
+
+def test_runtime_shapes_are_specialised_up_to_a_cap_then_stay_in_tensorflow():
+    def f(x, axis):
+        axis = tf.identity(axis)
+        y = tf.expand_dims(x, tf.random.uniform([], 0, 1, dtype=tf.int32) + axis)
+        return tf.reduce_sum(tf.square(y + 1.0), axis=0)
+
+    jitted = kerasjit.jit(f, backend="reference", max_shapes=2)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for axis in (0, 1):
+            np.testing.assert_allclose(jitted(x, np.int32(axis)), f(x, axis).numpy())
+    with pytest.warns(RuntimeWarning, match="more than 2 input shapes"):
+        np.testing.assert_allclose(jitted(x, np.int32(2)), f(x, 2).numpy())

@@ -1,0 +1,108 @@
+"""wrap(): bad input is refused with the cause named; the model stays usable."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import kerasjit
+from kerasjit import workloads
+
+
+def small_model():
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, activation="relu"),
+                              keras.layers.Dense(2, activation="softmax")])
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def test_wrap_refuses_what_is_not_a_keras_model():
+    with pytest.raises(TypeError, match="expects a keras.Model, got function"):
+        kerasjit.wrap(lambda x: x)
+
+
+def test_wrap_refuses_an_uncompiled_model_and_leaves_it_untouched():
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match="not compiled: call model.compile"):
+        kerasjit.wrap(model)
+    assert not hasattr(model, "_kerasjit")
+    assert model.make_train_function.__func__ is keras.Model.make_train_function
+
+
+def test_unknown_backend_is_named():
+    with pytest.raises(ValueError, match="unknown kerasjit backend 'tpu'"):
+        kerasjit.wrap(small_model(), backend="tpu")
+
+
+@pytest.mark.parametrize("bad_x, bad_y, message", [
+    (np.zeros((8, 5), np.float32), np.zeros(8), "incompatible|expected"),
+    (np.zeros((8, 6), np.float32), np.zeros(7), "cardinality"),
+    (np.array([["a"] * 6] * 8), np.zeros(8), "Invalid dtype|string"),
+])
+def test_bad_data_gives_the_keras_error_and_loses_nothing(bad_x, bad_y, message):
+    plain = small_model()
+    with pytest.raises(Exception, match=message) as plain_error:
+        plain.fit(bad_x, bad_y, epochs=1, verbose=0)
+    model = kerasjit.wrap(small_model(), backend="reference")
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(type(plain_error.value), match=message):
+        model.fit(bad_x, bad_y, epochs=1, verbose=0)
+    for a, b in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    x, y = np.ones((8, 6), np.float32), np.zeros(8)
+    model.fit(x, y, epochs=1, verbose=0)     # still trains on good data
+
+
+class CustomStepModel(keras.Model):
+    """A user-written train_step (gradient clipping) is traced like any other."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = keras.layers.Dense(8, activation="tanh")
+        self.out = keras.layers.Dense(1)
+
+    def call(self, x):
+        return self.out(self.hidden(x))
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+        grads = [tf.clip_by_norm(g, 0.5) for g in tape.gradient(loss, self.trainable_variables)]
+        self.optimizer.apply(grads, self.trainable_variables)
+        for metric in self.metrics:
+            metric.update_state(loss) if metric.name == "loss" else metric.update_state(y, self(x))
+        return {m.name: m.result() for m in self.metrics}
+
+
+def custom_model():
+    keras.utils.set_random_seed(7)
+    model = CustomStepModel()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", metrics=["mae"])
+    return model
+
+
+def test_custom_train_step_matches_plain_keras():
+    rng = np.random.default_rng(1)
+    x = rng.random((40, 5), dtype=np.float32)
+    y = x.sum(axis=1, keepdims=True)
+    plain = custom_model()
+    plain_h = plain.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history
+    wrapped = kerasjit.wrap(custom_model(), backend="reference")
+    jit_h = wrapped.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history
+    for a, b in zip(plain.get_weights(), wrapped.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    for key in plain_h:
+        np.testing.assert_allclose(jit_h[key], plain_h[key], rtol=1e-5)
+
+
+def test_wrapped_model_saves_and_loads(tmp_path):
+    x, y = workloads.classification_data(32, (6,), 2)
+    model = kerasjit.wrap(small_model(), backend="reference")
+    model.fit(x, y.argmax(1), epochs=1, verbose=0)
+    path = tmp_path / "model.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    for a, b in zip(model.get_weights(), loaded.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0),
+                               atol=1e-6)
