@@ -5,7 +5,7 @@ a GPU toolkit.
 """
 import importlib
 
-_BACKENDS = {"reference": "kerasjit.backends.reference"}
+_BACKENDS = {"reference": "kerasjit.backends.reference", "cpu": "kerasjit.backends.cpu"}
 
 
 def available():

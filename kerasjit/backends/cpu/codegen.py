@@ -1,0 +1,222 @@
+"""Kernel IR -> LLVM IR: one function per loop kernel, one entry per program.
+
+The entry takes a table of buffer pointers and runs every step in order
+(loop kernels, sgemm calls), so a compiled cluster is one native call.
+Expressions are rendered once per loop iteration (a DAG, memoised);
+reductions become inner loops whose accumulators live in allocas that
+LLVM promotes to registers.
+"""
+from llvmlite import ir
+
+from ...kernels.ir import Const, GemmCall, Index, Load, Op, Reduce, ReduceVar, Var, children
+from .blas import SGEMM_SYMBOL
+from .llvm_types import memory_type, register_type
+from .ops import OpEmitter
+
+I64 = ir.IntType(64)
+PTR = ir.PointerType()
+
+
+def _outer_nodes(expr):
+    """Nodes of `expr` outside reduction bodies, operands first."""
+    seen, order, stack = set(), [], [(expr, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        kids = node.inits if isinstance(node, Reduce) else children(node)
+        stack.extend((c, False) for c in kids)
+    return order
+
+
+class _KernelBuilder:
+    def __init__(self, module, ops, program, kernel, fn):
+        self.module, self.ops, self.program, self.kernel = module, ops, program, kernel
+        self.fn = fn
+        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
+        table = fn.args[0]
+        used = sorted({bid for bid, _ in kernel.stores} | self._loaded(kernel))
+        self.pointers = {bid: _buffer_pointer(self.b, table, bid) for bid in used}
+        self.alloca_block = self.b.block
+
+    @staticmethod
+    def _loaded(kernel):
+        ids = set()
+        for _, expr in kernel.stores:
+            stack = [expr]
+            seen = set()
+            while stack:
+                node = stack.pop()
+                if id(node) in seen:
+                    continue
+                seen.add(id(node))
+                if isinstance(node, Load):
+                    ids.add(node.buffer)
+                stack.extend(children(node))
+                if isinstance(node, Reduce):
+                    stack.extend(node.bodies)
+        return ids
+
+    # ----------------------------------------------------------------- loops
+    def loop(self, extent, body):
+        """for (i = 0; i < extent; ++i) body(i)."""
+        b = self.b
+        pre = b.block
+        head = self.fn.append_basic_block("loop")
+        done = self.fn.append_basic_block("after")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64)
+        i.add_incoming(ir.Constant(I64, 0), pre)
+        body(i)
+        nxt = b.add(i, ir.Constant(I64, 1))
+        i.add_incoming(nxt, b.block)
+        b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I64, extent)), head, done)
+        b.position_at_end(done)
+
+    def nest(self, extents, body, prefix=()):
+        if not extents:
+            body(prefix)
+            return
+        self.loop(extents[0], lambda i: self.nest(extents[1:], body, prefix + (i,)))
+
+    def build(self):
+        dims = self.kernel.dims
+        if 0 in dims:
+            self.b.ret_void()
+            return
+
+        def element(index):
+            values = {}
+            env = {"index": index, "reduce": {}}
+            for bid, expr in self.kernel.stores:
+                value = self.render(expr, values, env)
+                self.store(bid, expr.dtype, index, value)
+        self.nest(list(dims), element)
+        self.b.ret_void()
+
+    # ------------------------------------------------------------ memory
+    def address(self, bid, index):
+        buf = self.program.buffers[bid]
+        flat = ir.Constant(I64, 0)
+        stride = 1
+        for i, n in reversed(list(zip(index, buf.dims))):
+            if n != 1:
+                flat = self.b.add(flat, self.b.mul(i, ir.Constant(I64, stride)))
+            stride *= n
+        return self.b.gep(self.pointers[bid], [flat], inbounds=True, source_etype=memory_type(buf.dtype))
+
+    def store(self, bid, dtype, index, value):
+        if dtype == "pred":
+            value = self.b.zext(value, ir.IntType(8))
+        self.b.store(value, self.address(bid, index))
+
+    def load(self, node, index):
+        value = self.b.load(self.address(node.buffer, index), typ=memory_type(node.dtype))
+        return self.b.trunc(value, ir.IntType(1)) if node.dtype == "pred" else value
+
+    # ------------------------------------------------------------ expressions
+    def render(self, expr, values, env):
+        for node in _outer_nodes(expr):
+            if id(node) not in values:
+                values[id(node)] = self.node(node, values, env)
+        return values[id(expr)]
+
+    def node(self, node, values, env):
+        if isinstance(node, Const):
+            ty = register_type(node.dtype)
+            return ir.Constant(ty, float(node.value) if node.dtype in ("f32", "f64")
+                               else int(node.value))
+        if isinstance(node, Index):
+            return env["index"][node.dim]
+        if isinstance(node, ReduceVar):
+            return env["reduce"][(node.owner, node.dim)]
+        if isinstance(node, Var):
+            return env["vars"][node.name]
+        if isinstance(node, Load):
+            return self.load(node, [values[id(i)] for i in node.index])
+        if isinstance(node, Op):
+            return self.ops.emit(self.b, node.opcode, node.attr, node.dtype,
+                                 [a.dtype for a in node.args], [values[id(a)] for a in node.args])
+        if isinstance(node, Reduce):
+            results = env.setdefault("reduced", {})
+            if node.key not in results:
+                results[node.key] = self.reduce(node, values, env)
+            return results[node.key][node.result]
+        raise TypeError(node)
+
+    def reduce(self, node, values, env):
+        b = self.b
+        with b.goto_block(self.alloca_block):
+            b.position_at_start(self.alloca_block)
+            slots = [b.alloca(register_type(v.dtype)) for v in node.accs]
+        for slot, init in zip(slots, node.inits):
+            b.store(values[id(init)], slot)
+
+        def step(counters):
+            inner_env = dict(env)
+            inner_env["reduce"] = dict(env["reduce"])
+            inner_env["reduce"].update(((node.key, d), c) for d, c in enumerate(counters))
+            inner_env["reduced"] = dict(env.get("reduced", {}))
+            inner_values = dict(values)      # outer values dominate the loop body
+            current = [self.render(body, inner_values, inner_env) for body in node.bodies]
+            accs = [b.load(slot, typ=register_type(v.dtype)) for slot, v in zip(slots, node.accs)]
+            inner_env["vars"] = dict(env.get("vars", {}))
+            inner_env["vars"].update((v.name, a) for v, a in zip(node.accs, accs))
+            inner_env["vars"].update((v.name, c) for v, c in zip(node.curs, current))
+            combined = [self.render(c, dict(inner_values), inner_env) for c in node.combined]
+            for slot, value in zip(slots, combined):
+                b.store(value, slot)
+        if 0 not in node.extents:
+            self.nest(list(node.extents), step)
+        return [b.load(slot, typ=register_type(v.dtype)) for slot, v in zip(slots, node.accs)]
+
+
+def _buffer_pointer(b, table, bid):
+    return b.load(b.gep(table, [ir.Constant(I64, bid)], inbounds=True, source_etype=PTR), typ=PTR)
+
+
+def _gemm(b, sgemm, call, table):
+    """sgemm on row-major data: C^T = op(B)^T op(A)^T in BLAS's column-major terms."""
+    i32, f32, i8 = ir.IntType(32), ir.FloatType(), ir.IntType(8)
+
+    def by_reference(ty, value):      # Fortran BLAS takes every argument by pointer
+        slot = b.alloca(ty)
+        b.store(ir.Constant(ty, value), slot)
+        return slot
+    m, n, k = call.m, call.n, call.k
+    b.call(sgemm, [
+        by_reference(i8, ord("T" if call.rhs_transposed else "N")),
+        by_reference(i8, ord("T" if call.lhs_transposed else "N")),
+        by_reference(i32, n), by_reference(i32, m), by_reference(i32, k),
+        by_reference(f32, 1.0),
+        _buffer_pointer(b, table, call.rhs), by_reference(i32, k if call.rhs_transposed else n),
+        _buffer_pointer(b, table, call.lhs), by_reference(i32, m if call.lhs_transposed else k),
+        by_reference(f32, 0.0), _buffer_pointer(b, table, call.out), by_reference(i32, n)])
+
+
+def render_program(program, name="cluster"):
+    """An llvmlite Module with `{name}_entry(ptr buffers)` running every step."""
+    module = ir.Module(name=name)
+    ops = OpEmitter(module)
+    kernel_type = ir.FunctionType(ir.VoidType(), [PTR])
+    entry = ir.Function(module, kernel_type, f"{name}_entry")
+    eb = ir.IRBuilder(entry.append_basic_block("entry"))
+    sgemm = None
+    for i, step in enumerate(program.steps):
+        if isinstance(step, GemmCall):
+            sgemm = sgemm or ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * 13),
+                                         SGEMM_SYMBOL)
+            _gemm(eb, sgemm, step, entry.args[0])
+            continue
+        fn = ir.Function(module, kernel_type, f"{name}_k{i}")
+        fn.linkage = "internal"
+        _KernelBuilder(module, ops, program, step, fn).build()
+        eb.call(fn, [entry.args[0]])
+    eb.ret_void()
+    return module

@@ -1,0 +1,50 @@
+"""The JIT: optimise LLVM IR for the host CPU and load it into this process."""
+import threading
+
+import llvmlite.binding as llvm
+
+_lock = threading.Lock()
+_state = {}
+
+
+def _jit():
+    """One MCJIT engine per process, for the host CPU and its features."""
+    if not _state:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        target = llvm.Target.from_default_triple()
+        machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
+                                               features=llvm.get_host_cpu_features().flatten(),
+                                               opt=3, jit=True)
+        backing = llvm.parse_assembly("")
+        _state.update(machine=machine, engine=llvm.create_mcjit_compiler(backing, machine))
+    return _state
+
+
+def host_description():
+    """CPU name and features: part of every compile-cache key."""
+    _jit()
+    return f"{llvm.get_host_cpu_name()}:{llvm.get_host_cpu_features().flatten()}"
+
+
+def optimize(llvm_ir):
+    """Textual LLVM IR -> optimised ModuleRef (O3, vectorisers on)."""
+    state = _jit()
+    module = llvm.parse_assembly(str(llvm_ir))
+    module.verify()
+    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+    tuning.loop_vectorization = True
+    tuning.slp_vectorization = True
+    builder = llvm.create_pass_builder(state["machine"], tuning)
+    builder.getModulePassManager().run(module, builder)
+    module.triple = llvm.get_process_triple()
+    return module
+
+
+def load(module, entry):
+    """Add an optimised module to the JIT; the address of its `entry` function."""
+    with _lock:
+        state = _jit()
+        state["engine"].add_module(module)
+        state["engine"].finalize_object()
+        return state["engine"].get_function_address(entry)

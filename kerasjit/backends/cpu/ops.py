@@ -1,0 +1,179 @@
+"""LLVM IR for HLO elementwise opcodes, with XLA's semantics at the edges.
+
+Integer division by zero, shifts past the bit width, float-to-int overflow
+and NaN follow XLA (and the evaluator) rather than C, whose behaviour there
+is undefined.
+"""
+from llvmlite import ir
+
+from ...kernels.lower import Unsupported
+from .llvm_types import bits, is_float, is_signed, register_type
+
+_FCMP = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+# C math library functions for opcodes LLVM has no intrinsic for.
+_LIBM = {"tanh": "tanh", "exponential-minus-one": "expm1", "log-plus-one": "log1p",
+         "cbrt": "cbrt", "erf": "erf", "tan": "tan", "atan2": "atan2"}
+_INTRINSIC = {"exponential": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt",
+              "sine": "llvm.sin", "cosine": "llvm.cos", "floor": "llvm.floor",
+              "ceil": "llvm.ceil", "round-nearest-afz": "llvm.round",
+              "round-nearest-even": "llvm.roundeven", "abs": "llvm.fabs",
+              "maximum": "llvm.maximum", "minimum": "llvm.minimum", "power": "llvm.pow"}
+
+
+class OpEmitter:
+    def __init__(self, module):
+        self.module = module
+
+    def _function(self, name, ty, n):
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ty, [ty] * n), name)
+        return fn
+
+    def _intrinsic(self, b, name, args):
+        ty = args[0].type
+        suffix = "f32" if isinstance(ty, ir.FloatType) else "f64"
+        return b.call(self._function(f"{name}.{suffix}", ty, len(args)), args)
+
+    def _libm(self, b, name, args):
+        ty = args[0].type
+        return b.call(self._function(name + ("f" if isinstance(ty, ir.FloatType) else ""),
+                                     ty, len(args)), args)
+
+    def emit(self, b, opcode, attr, out_dtype, in_dtypes, args):
+        dtype = in_dtypes[0] if in_dtypes else out_dtype
+        if opcode == "convert":
+            return self.convert(b, args[0], dtype, out_dtype)
+        if opcode == "bitcast-convert":
+            if bits(dtype) != bits(out_dtype) or "pred" in (dtype, out_dtype):
+                raise Unsupported("bitcast-convert between different widths")
+            return b.bitcast(args[0], register_type(out_dtype))
+        if opcode == "copy":
+            return args[0]
+        if opcode == "select":
+            return b.select(*args)
+        if opcode == "compare":
+            return self.compare(b, attr, in_dtypes[0], *args)
+        if opcode == "clamp":
+            lo, x, hi = args
+            t = in_dtypes[1]
+            x = b.select(self.compare(b, "LT", t, x, lo), lo, x)
+            return b.select(self.compare(b, "GT", t, x, hi), hi, x)
+        if is_float(dtype):
+            return self.float_op(b, opcode, args)
+        return self.int_op(b, opcode, dtype, args)
+
+    def compare(self, b, direction, dtype, x, y):
+        if is_float(dtype):
+            return b.fcmp_unordered("!=", x, y) if direction == "NE" else \
+                b.fcmp_ordered(_FCMP[direction], x, y)
+        op = b.icmp_signed if is_signed(dtype) else b.icmp_unsigned
+        return op(_FCMP[direction], x, y)
+
+    def float_op(self, b, opcode, args):
+        simple = {"add": b.fadd, "subtract": b.fsub, "multiply": b.fmul, "divide": b.fdiv,
+                  "remainder": b.frem}
+        if opcode in simple:
+            return simple[opcode](*args)
+        if opcode in _INTRINSIC:
+            return self._intrinsic(b, _INTRINSIC[opcode], args)
+        if opcode in _LIBM:
+            return self._libm(b, _LIBM[opcode], args)
+        x = args[0]
+        one = ir.Constant(x.type, 1.0)
+        zero = ir.Constant(x.type, 0.0)
+        if opcode == "negate":
+            return b.fneg(x)
+        if opcode == "rsqrt":
+            return b.fdiv(one, self._intrinsic(b, "llvm.sqrt", [x]))
+        if opcode == "logistic":
+            return b.fdiv(one, b.fadd(one, self._intrinsic(b, "llvm.exp", [b.fneg(x)])))
+        if opcode == "sign":
+            return b.select(b.fcmp_ordered(">", x, zero), one,
+                            b.select(b.fcmp_ordered("<", x, zero), b.fneg(one), x))
+        if opcode == "is-finite":
+            return b.fcmp_ordered("<", self._intrinsic(b, "llvm.fabs", [x]),
+                                  ir.Constant(x.type, float("inf")))
+        raise Unsupported(f"the CPU compiler has no float '{opcode}'")
+
+    def int_op(self, b, opcode, dtype, args):
+        signed = is_signed(dtype)
+        ty = args[0].type
+        width = ty.width
+        simple = {"add": b.add, "subtract": b.sub, "multiply": b.mul, "and": b.and_,
+                  "or": b.or_, "xor": b.xor}
+        if opcode in simple:
+            return simple[opcode](*args)
+        zero, ones = ir.Constant(ty, 0), ir.Constant(ty, -1)
+        if opcode in ("maximum", "minimum"):
+            x, y = args
+            cmp = b.icmp_signed if signed else b.icmp_unsigned
+            return b.select(cmp(">" if opcode == "maximum" else "<", x, y), x, y)
+        if opcode in ("divide", "remainder"):
+            return self._divide(b, opcode, signed, *args)
+        if opcode in ("shift-left", "shift-right-logical", "shift-right-arithmetic"):
+            x, n = args
+            too_far = b.icmp_unsigned(">=", n, ir.Constant(ty, width))
+            if opcode == "shift-left":
+                return b.select(too_far, zero, b.shl(x, n))
+            if opcode == "shift-right-logical":
+                return b.select(too_far, zero, b.lshr(x, n))
+            return b.ashr(x, b.select(too_far, ir.Constant(ty, width - 1), n))
+        x = args[0]
+        if opcode == "not":
+            return b.xor(x, ones)
+        if opcode == "negate":
+            return b.sub(zero, x)
+        if opcode == "abs":
+            return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x) if signed else x
+        if opcode == "sign":
+            if not signed:
+                return b.zext(b.icmp_unsigned("!=", x, zero), ty)
+            return b.select(b.icmp_signed("<", x, zero), ones,
+                            b.zext(b.icmp_signed("!=", x, zero), ty))
+        if opcode == "popcnt":
+            return b.call(self._function(f"llvm.ctpop.i{width}", ty, 1), [x])
+        if opcode == "count-leading-zeros":
+            fn = self.module.globals.get(f"llvm.ctlz.i{width}") or ir.Function(
+                self.module, ir.FunctionType(ty, [ty, ir.IntType(1)]), f"llvm.ctlz.i{width}")
+            return b.call(fn, [x, ir.Constant(ir.IntType(1), 0)])
+        raise Unsupported(f"the CPU compiler has no integer '{opcode}'")
+
+    def _divide(self, b, opcode, signed, x, y):
+        ty = x.type
+        zero, ones = ir.Constant(ty, 0), ir.Constant(ty, -1)
+        by_zero = b.icmp_unsigned("==", y, zero)
+        bad = by_zero
+        if signed:              # INT_MIN / -1 overflows: XLA gives INT_MIN (and 0 remainder)
+            int_min = ir.Constant(ty, -(1 << (ty.width - 1)))
+            overflow = b.and_(b.icmp_signed("==", x, int_min), b.icmp_signed("==", y, ones))
+            bad = b.or_(by_zero, overflow)
+        safe = b.select(bad, ir.Constant(ty, 1), y)
+        if opcode == "divide":
+            q = (b.sdiv if signed else b.udiv)(x, safe)
+            return b.select(by_zero, ones, q)
+        r = (b.srem if signed else b.urem)(x, safe)
+        return b.select(by_zero, x, b.select(bad, zero, r) if signed else r)
+
+    def convert(self, b, x, src, dst):
+        to = register_type(dst)
+        if src == dst:
+            return x
+        if dst == "pred":
+            return b.fcmp_unordered("!=", x, ir.Constant(x.type, 0.0)) if is_float(src) \
+                else b.icmp_unsigned("!=", x, ir.Constant(x.type, 0))
+        if is_float(src) and is_float(dst):
+            return b.fpext(x, to) if bits(dst) > bits(src) else b.fptrunc(x, to)
+        if is_float(dst):
+            return b.sitofp(x, to) if is_signed(src) else b.uitofp(x, to)
+        if is_float(src):       # saturating, NaN -> 0: XLA's float-to-int
+            name = f"llvm.fpto{'s' if is_signed(dst) else 'u'}i.sat.i{to.width}." \
+                   f"{'f32' if src == 'f32' else 'f64'}"
+            fn = self.module.globals.get(name) or ir.Function(
+                self.module, ir.FunctionType(to, [x.type]), name)
+            return b.call(fn, [x])
+        if to.width < x.type.width:
+            return b.trunc(x, to)
+        if to.width > x.type.width:
+            return b.sext(x, to) if is_signed(src) else b.zext(x, to)
+        return x

@@ -1,0 +1,109 @@
+"""s64 index arithmetic for kernel expressions, folded as it is built.
+
+Reindexing (broadcast, transpose, reshape, slice, pad...) produces many
+index expressions; folding constants and identities here keeps generated
+code and dumps small without a separate pass.
+"""
+from .ir import S64, Const, Op
+
+
+def c64(value):
+    return Const(S64, int(value))
+
+
+def _const(e):
+    return e.value if isinstance(e, Const) else None
+
+
+def add(a, b):
+    if _const(a) is not None and _const(b) is not None:
+        return c64(_const(a) + _const(b))
+    if _const(b) == 0:
+        return a
+    if _const(a) == 0:
+        return b
+    return Op(S64, "add", (a, b))
+
+
+def sub(a, b):
+    return a if _const(b) == 0 else add(a, c64(-_const(b))) if _const(b) is not None \
+        else Op(S64, "subtract", (a, b))
+
+
+def mul(a, b):
+    if _const(a) is not None and _const(b) is not None:
+        return c64(_const(a) * _const(b))
+    if _const(b) == 1:
+        return a
+    if _const(a) == 1:
+        return b
+    if _const(a) == 0 or _const(b) == 0:
+        return c64(0)
+    return Op(S64, "multiply", (a, b))
+
+
+def div(a, n):
+    """a // n for a >= 0 and a constant n > 0."""
+    if n == 1:
+        return a
+    if _const(a) is not None:
+        return c64(_const(a) // n)
+    return Op(S64, "divide", (a, c64(n)))
+
+
+def mod(a, n):
+    """a % n for a >= 0 and a constant n > 0."""
+    if n == 1:
+        return c64(0)
+    if _const(a) is not None:
+        return c64(_const(a) % n)
+    return Op(S64, "remainder", (a, c64(n)))
+
+
+def clamp(a, lo, hi):
+    if _const(a) is not None:
+        return c64(min(max(_const(a), lo), hi))
+    return Op(S64, "clamp", (c64(lo), a, c64(hi)))
+
+
+def compare(a, b, direction):
+    return Op("pred", "compare", (a, b), direction)
+
+
+def both(a, b):
+    if a is None:
+        return b
+    return Op("pred", "and", (a, b))
+
+
+def linearize(index, dims):
+    flat, stride = c64(0), 1
+    for i, n in reversed(list(zip(index, dims))):
+        if n != 1:
+            flat = add(flat, mul(i, c64(stride)))
+        stride *= n
+    return flat
+
+
+def delinearize(flat, dims):
+    out, stride = [], 1
+    for n in reversed(dims):
+        out.append(mod(div(flat, stride), n) if stride * n != _total(dims) else div(flat, stride))
+        stride *= n
+    return tuple(reversed(out))
+
+
+def _total(dims):
+    total = 1
+    for n in dims:
+        total *= n
+    return total
+
+
+def reshape_index(index, out_dims, in_dims):
+    """The operand index of a reshape, mapping unit-dim changes directly."""
+    squeezed_out = [(i, n) for i, n in zip(index, out_dims) if n != 1]
+    if [n for _, n in squeezed_out] == [n for n in in_dims if n != 1]:
+        it = iter(i for i, _ in squeezed_out)
+        return tuple(next(it) if n != 1 else c64(0) for n in in_dims)
+    return delinearize(linearize(index, out_dims), in_dims)

@@ -1,0 +1,144 @@
+"""Kernel IR: loop nests of per-element expressions, backend-neutral.
+
+A LoopKernel iterates over an output shape; each of its outputs stores one
+expression per index. Expressions are small immutable DAG nodes: loads from
+buffers at computed indices, constants, elementwise HLO opcodes (the same
+names and semantics as the evaluator's), and reductions that loop over extra
+variables. Index arithmetic is ordinary s64 expressions, so broadcast,
+transpose, reshape, slice, pad and concatenate are just indexing. Renderers
+(LLVM for CPU, CUDA C for GPU) turn the same kernels into code.
+"""
+from dataclasses import dataclass, field
+
+S64 = "s64"
+
+
+@dataclass(frozen=True, eq=False)
+class Expr:
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False)
+class Index(Expr):
+    """The kernel's loop variable for output dimension `dim`."""
+    dim: int
+
+
+@dataclass(frozen=True, eq=False)
+class ReduceVar(Expr):
+    """The loop variable of reduction dimension `dim` of Reduce `owner`."""
+    owner: int
+    dim: int
+
+
+@dataclass(frozen=True, eq=False)
+class Const(Expr):
+    value: object
+
+
+@dataclass(frozen=True, eq=False)
+class Load(Expr):
+    buffer: int
+    index: tuple          # one s64 Expr per dimension of the buffer
+
+
+@dataclass(frozen=True, eq=False)
+class Op(Expr):
+    """Elementwise HLO opcode applied to `args`; `attr` is compare's direction."""
+    opcode: str
+    args: tuple
+    attr: str = None
+
+
+@dataclass(frozen=True, eq=False)
+class Var(Expr):
+    """A scalar bound by a Reduce while its combiner runs."""
+    name: str
+
+
+@dataclass(frozen=True, eq=False)
+class Reduce(Expr):
+    """Fold `bodies` over the box `extents`, then yield accumulator `result`.
+
+    Accumulators start at `inits`; each step binds `accs` to the accumulators
+    and `curs` to the bodies' values and computes `combined` (one Expr per
+    accumulator over those Vars). Nodes sharing `key` are one loop with
+    several results (variadic reduce). Bodies may use ReduceVar(key, d).
+    """
+    key: int
+    extents: tuple
+    accs: tuple
+    curs: tuple
+    combined: tuple
+    inits: tuple
+    bodies: tuple
+    result: int = 0
+
+
+@dataclass
+class Buffer:
+    id: int
+    dtype: str
+    dims: tuple
+    role: str             # "param", "output", "temp", "constant"
+    data: object = None   # ndarray for constants
+    name: str = ""
+
+
+@dataclass
+class LoopKernel:
+    name: str
+    dims: tuple           # iteration space
+    stores: list          # [(buffer id, Expr)] all indexed by the loop index
+    fused: list = field(default_factory=list)   # HLO instruction names it computes
+
+
+@dataclass
+class GemmCall:
+    """C[M,N] (+)= op(A) @ op(B), row-major f32, for each batch index."""
+    name: str
+    out: int
+    lhs: int
+    rhs: int
+    m: int
+    n: int
+    k: int
+    lhs_transposed: bool  # lhs stored [K, M] rather than [M, K]
+    rhs_transposed: bool  # rhs stored [N, K] rather than [K, N]
+    batch: int = 1
+
+
+@dataclass
+class KernelProgram:
+    """What a backend compiles: buffers and the steps that fill them, in order."""
+    buffers: list
+    steps: list           # LoopKernel | GemmCall
+    params: list          # buffer id per entry parameter
+    outputs: list         # buffer id per flat output
+    decisions: list = field(default_factory=list)  # (producer, consumer, "fused" or reason)
+
+
+def walk(expr):
+    """Every node of an expression DAG once, operands before users."""
+    seen, order, stack = set(), [], [(expr, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        stack.extend((c, False) for c in children(node))
+    return order
+
+
+def children(node):
+    if isinstance(node, Load):
+        return node.index
+    if isinstance(node, Op):
+        return node.args
+    if isinstance(node, Reduce):
+        return node.inits + node.bodies
+    return ()
