@@ -23,7 +23,7 @@ class CompiledStep:
     def __init__(self, fn, backend="auto", name=None, max_shapes=8):
         self.fn, self.backend, self.max_shapes = fn, get_backend(backend), max_shapes
         self.name = name or getattr(fn, "__name__", "step")
-        self.programs = {}          # (structure, signature) -> (Program, variables, out structure)
+        self.programs = {}          # (structure, signature) -> (Program, VariableState, out structure)
 
     def _trace(self, structure, flat):
         tensors = [a for a in flat if a is not None]
@@ -40,7 +40,7 @@ class CompiledStep:
         concrete = tf.function(pure, autograph=False).get_concrete_function(*specs)
         fg = functionalize(concrete)
         program = build_program(fg, self.backend, self.max_shapes)
-        return program, fg.variables, out_structure[0]
+        return program, VariableState(fg.variables, fg.state_outputs), out_structure[0]
 
     def program_for(self, *args):
         flat = [None if a is None else np.asarray(a) for a in tf.nest.flatten(list(args))]
@@ -51,9 +51,25 @@ class CompiledStep:
         return self.programs[key], [a for a in flat if a is not None]
 
     def __call__(self, *args):
-        (program, variables, out_structure), tensors = self.program_for(*args)
-        state = [v.numpy() for v in variables]
-        outputs, new_state = program.run(tensors, state)
-        for i in program.state_outputs:
-            variables[i].assign(new_state[i])
+        (program, state, out_structure), tensors = self.program_for(*args)
+        outputs, new_state = program.run(tensors, state.read())
+        state.write(new_state)
         return tf.nest.pack_sequence_as(out_structure, outputs)
+
+
+class VariableState:
+    """Reads and writes a step's variables in one TensorFlow call each way
+    (per-variable reads and assigns cost ~0.1 ms apiece)."""
+
+    def __init__(self, variables, written):
+        self.variables, self.written = variables, sorted(written)
+        self._read = tf.function(lambda: [v.read_value() for v in variables])
+        self._write = tf.function(lambda *values: [variables[i].assign(x) for i, x in
+                                                   zip(self.written, values)] and None)
+
+    def read(self):
+        return [t.numpy() for t in self._read()] if self.variables else []
+
+    def write(self, values):
+        if self.written:
+            self._write(*[values[i] for i in self.written])

@@ -17,11 +17,15 @@ from kerasjit import workloads
 STEPS = 5
 
 
+BACKENDS = ["reference", "cpu"]
+
+
 def train(build, x, y, batch, mode):
+    """mode: "plain", "xla", or a kerasjit backend name."""
     keras.utils.set_random_seed(42)
     model = build(jit_compile=(mode == "xla"))
-    if mode == "kerasjit":
-        model = kerasjit.wrap(model, backend="reference")
+    if mode in BACKENDS:
+        model = kerasjit.wrap(model, backend=mode)
     history = model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0)
     return model.get_weights(), history.history
 
@@ -44,30 +48,33 @@ def test_parity_with_plain_keras_within_xla_distance(name):
     x, y = workloads.classification_data(STEPS * batch, shape, classes)
     plain_w, plain_h = train(build, x, y, batch, "plain")
     xla_w, _ = train(build, x, y, batch, "xla")
-    jit_w, jit_h = train(build, x, y, batch, "kerasjit")
     xla_distance = max_weight_diff(plain_w, xla_w)
-    ours = max_weight_diff(plain_w, jit_w)
-    assert ours <= max(2 * xla_distance, 1e-6), (ours, xla_distance)
-    assert plain_h.keys() == jit_h.keys()
-    for key in plain_h:
-        np.testing.assert_allclose(jit_h[key], plain_h[key], rtol=1e-5, atol=1e-6)
+    for backend in BACKENDS:
+        jit_w, jit_h = train(build, x, y, batch, backend)
+        ours = max_weight_diff(plain_w, jit_w)
+        assert ours <= max(2 * xla_distance, 1e-6), (backend, ours, xla_distance)
+        assert plain_h.keys() == jit_h.keys()
+        for key in plain_h:
+            np.testing.assert_allclose(jit_h[key], plain_h[key], rtol=1e-5, atol=1e-6)
 
 
-def test_dropout_masks_match_plain_keras_exactly():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dropout_masks_match_plain_keras_exactly(backend):
     x, y = workloads.classification_data(STEPS * 64, (784,), 10)
     plain_w, plain_h = train(workloads.mlp, x, y, 64, "plain")
-    jit_w, jit_h = train(workloads.mlp, x, y, 64, "kerasjit")
+    jit_w, jit_h = train(workloads.mlp, x, y, 64, backend)
     # A different mask moves weights by ~1e-2 (as XLA's does); rounding alone is ~1e-7.
     assert max_weight_diff(plain_w, jit_w) < 1e-6
     np.testing.assert_allclose(jit_h["loss"], plain_h["loss"], rtol=1e-6)
 
 
-def test_evaluate_and_predict_match_plain_keras():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_evaluate_and_predict_match_plain_keras(backend):
     x, y = workloads.classification_data(200, (784,), 10)
     keras.utils.set_random_seed(0)
     plain = workloads.mlp()
     keras.utils.set_random_seed(0)
-    wrapped = kerasjit.wrap(workloads.mlp(), backend="reference")
+    wrapped = kerasjit.wrap(workloads.mlp(), backend=backend)
     np.testing.assert_allclose(wrapped.evaluate(x, y, batch_size=64, verbose=0),
                                plain.evaluate(x, y, batch_size=64, verbose=0), rtol=1e-5)
     np.testing.assert_allclose(wrapped.predict(x, batch_size=64, verbose=0),

@@ -17,7 +17,7 @@ def get_backend(name):
     if not isinstance(name, str):
         return name
     if name == "auto":
-        name = "reference"
+        name = "cpu"
     if name not in _BACKENDS:
         raise ValueError(f"unknown kerasjit backend {name!r}; choose one of "
                          f"{', '.join(['auto', *available()])}")
