@@ -1,5 +1,6 @@
 """`kerasjit.explain`: what was compiled, what runs in TensorFlow, and why."""
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 import keras
 
@@ -14,6 +15,8 @@ class ClusterInfo:
     reason: str          # why it runs in TensorFlow ("" when compiled)
     hlo: str = ""        # HLO text of its first compiled specialisation
     specialized: str = ""  # "static" or "per run-time shape"
+    kernels: list = field(default_factory=list)     # (name, generated source)
+    fusion: list = field(default_factory=list)      # (producer, consumer, "fused" or reason)
 
 
 class Explanation:
@@ -22,13 +25,20 @@ class Explanation:
         self.clusters = []
         for c in program.clusters:
             module = c.specializer.module if c.specializer else None
+            executable = next(iter(c.specializer.cache.values()), None) if c.specializer else None
+            compiled = getattr(executable, "program", None)
             self.clusters.append(ClusterInfo(
                 c.kind, [op for _, op in c.ops], c.reason,
                 print_module(module, elide_constants_over=16) if module else "",
                 "" if c.kind != "compiled" else
-                "static" if module else "per run-time shape (none compiled yet)"))
-        # Generated kernels come from compiler backends; the reference backend has none.
-        self.kernels = []
+                "static" if module else "per run-time shape (none compiled yet)",
+                list(getattr(executable, "kernels", [])),
+                list(compiled.decisions) if compiled else []))
+
+    @property
+    def kernels(self):
+        """(name, source) of every generated kernel (none on the reference backend)."""
+        return [k for c in self.clusters for k in c.kernels]
 
     @property
     def hlo(self):
@@ -43,6 +53,12 @@ class Explanation:
             ops = ", ".join(c.ops[:8]) + (f", ... ({len(c.ops)} ops)" if len(c.ops) > 8 else "")
             if c.kind == "compiled":
                 lines.append(f"  [{i}] compiled ({c.specialized}): {ops}")
+                if c.fusion:
+                    fused = sum(why == "fused" for _, _, why in c.fusion)
+                    reasons = Counter(why for _, _, why in c.fusion if why != "fused")
+                    kept = "; ".join(f"{n}x {why}" for why, n in reasons.most_common(4))
+                    lines.append(f"        fusion: {fused} of {len(c.fusion)} producer->consumer "
+                                 f"edges fused, {len(c.kernels) - 1} kernels; unfused: {kept}")
             else:
                 lines.append(f"  [{i}] TensorFlow: {ops}\n        why: {c.reason}")
         return "\n".join(lines)

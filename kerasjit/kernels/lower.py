@@ -46,6 +46,7 @@ class _Lowering:
                 self.users[op].append(inst)
         self.buffers, self.buffer_of, self.steps, self.decisions = [], {}, [], []
         self.kernel_values = {}   # instruction -> Expr, for the kernel being built
+        self.memo = {}            # (instruction, index ids) -> (index, Expr)
         self.keys = {}            # id(reduce instruction) -> small int key
 
     # ---------------------------------------------------------------- decisions
@@ -63,6 +64,8 @@ class _Lowering:
         if kind in (REDUCE, OPAQUE):
             return f"{inst.opcode} is a kernel root (its operands fuse into it)"
         users = self.users[inst]
+        if inst.shape.rank == 0:
+            return None           # scalars: LLVM hoists them out of the loops they feed
         if len(users) > 1 and inst.opcode not in _CHEAP:
             return f"{len(users)} users would each recompute it"
         if users and users[0].kind == BROADCAST and inst.opcode not in _CHEAP \
@@ -153,7 +156,10 @@ class _Lowering:
             return Load(buf.dtype, buf.id, tuple(index))
         if inst.opcode == "constant":
             return Const(inst.shape.dtype, inst.literal.item())
-        return self._compute(inst, index)
+        key = (id(inst),) + tuple(map(id, index))
+        if key not in self.memo:      # keeps shared subexpressions shared (a DAG, not a tree)
+            self.memo[key] = (index, self._compute(inst, index))
+        return self.memo[key][1]
 
     # ----------------------------------------------------------- expressions
     def _compute(self, inst, index):

@@ -201,7 +201,8 @@ def _gemm(b, sgemm, call, table):
 
 
 def render_program(program, name="cluster"):
-    """An llvmlite Module with `{name}_entry(ptr buffers)` running every step."""
+    """An llvmlite Module with `{name}_entry(ptr buffers)` running every step,
+    and the (name, LLVM IR) of each kernel function for explain()."""
     module = ir.Module(name=name)
     ops = OpEmitter(module)
     kernel_type = ir.FunctionType(ir.VoidType(), [PTR])
@@ -219,4 +220,5 @@ def render_program(program, name="cluster"):
         _KernelBuilder(module, ops, program, step, fn).build()
         eb.call(fn, [entry.args[0]])
     eb.ret_void()
-    return module
+    kernels = [(f.name, str(f)) for f in module.functions if not f.is_declaration]
+    return module, kernels

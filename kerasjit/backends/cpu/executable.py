@@ -9,8 +9,8 @@ _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
 class CpuExecutable:
-    def __init__(self, program, address, llvm_ir):
-        self.program, self.llvm_ir = program, llvm_ir
+    def __init__(self, program, address, kernels):
+        self.program, self.kernels = program, kernels   # kernels: [(name, LLVM IR)]
         self._entry = _ENTRY(address)
         self._arrays = [None] * len(program.buffers)
         for buf in program.buffers:   # temps and constants live as long as the executable

@@ -1,0 +1,84 @@
+"""Passes in a visible list (XLA's HloPassPipeline).
+
+A pass is a function Module -> Module; the ones here mutate the module they are
+given and return it. In debug mode the module is verified before the first pass
+and after each one, and its signature (entry parameters, root shape, aliases)
+must not change, so a broken pass is named where it broke the module. The text
+can be dumped after chosen passes, to a directory or to a callback.
+"""
+import os
+
+from ..hlo import HloVerifyError, print_module, verify
+from .constant_folding import constant_folding
+from .cse import cse
+from .dce import dce
+from .simplify import simplify
+
+
+class PassError(RuntimeError):
+    pass
+
+
+class Pipeline:
+    """Run `passes` in order, the whole list again until the module stops
+    changing, at most `max_rounds` times.
+
+    dump_dir: None, a directory (files `NN-passname.hlo`, NN counting this
+    pipeline's pass runs) or a callable(pass_name, hlo_text).
+    dump_after: the pass names to dump after (None: all of them).
+    """
+
+    def __init__(self, passes, debug=False, dump_dir=None, dump_after=None, max_rounds=1):
+        self.passes = list(passes)
+        self.debug, self.dump_dir, self.dump_after = debug, dump_dir, dump_after
+        self.max_rounds = max_rounds
+        self.runs = 0
+
+    def __call__(self, module):
+        if self.debug:
+            self._check(module, "the input module is invalid", None)
+        for _ in range(self.max_rounds):
+            before = print_module(module)
+            for p in self.passes:
+                signature = _signature(module)
+                module = p(module)
+                self.runs += 1
+                if self.debug:
+                    self._check(module, f"pass '{p.__name__}' broke the module", signature)
+                self._dump(p.__name__, module)
+            if print_module(module) == before:
+                break
+        return module
+
+    def _check(self, module, problem, signature):
+        try:
+            verify(module)
+        except HloVerifyError as e:
+            raise PassError(f"{problem}: {e}") from e
+        if signature is not None and _signature(module) != signature:
+            raise PassError(f"{problem}: it changed the entry's parameters, result shape "
+                            "or aliases")
+
+    def _dump(self, name, module):
+        if self.dump_dir is None or (self.dump_after is not None and name not in self.dump_after):
+            return
+        if callable(self.dump_dir):
+            self.dump_dir(name, print_module(module))
+            return
+        os.makedirs(self.dump_dir, exist_ok=True)
+        path = os.path.join(self.dump_dir, f"{self.runs - 1:02d}-{name}.hlo")
+        with open(path, "w") as f:
+            f.write(print_module(module))
+
+
+def _signature(module):
+    params = [(p.parameter_number, p.shape) for p in module.entry.parameters]
+    return params, module.entry.root.shape, dict(module.input_output_alias)
+
+
+DEFAULT_PASSES = (simplify, constant_folding, cse, dce)
+
+
+def optimize(module, debug=False, dump_dir=None, dump_after=None):
+    """simplify, constant folding, CSE and DCE, repeated until nothing changes."""
+    return Pipeline(DEFAULT_PASSES, debug, dump_dir, dump_after, max_rounds=8)(module)
