@@ -25,6 +25,11 @@ class Index(Expr):
 
 
 @dataclass(frozen=True, eq=False)
+class ChunkIndex(Expr):
+    """The iteration of the enclosing ChunkLoop (0 outside one)."""
+
+
+@dataclass(frozen=True, eq=False)
 class ReduceVar(Expr):
     """The loop variable of reduction dimension `dim` of Reduce `owner`."""
     owner: int
@@ -91,6 +96,7 @@ class LoopKernel:
     dims: tuple           # iteration space
     stores: list          # [(buffer id, Expr)] all indexed by the loop index
     fused: list = field(default_factory=list)   # HLO instruction names it computes
+    reduction: bool = False   # computes a reduction-like value (kept alone)
 
 
 @dataclass
@@ -105,14 +111,24 @@ class GemmCall:
     k: int
     lhs_transposed: bool  # lhs stored [K, M] rather than [M, K]
     rhs_transposed: bool  # rhs stored [N, K] rather than [K, N]
-    batch: int = 1
+    out_rows_per_chunk: int = 0   # inside a ChunkLoop: C starts at row chunk * this
+
+
+@dataclass
+class ChunkLoop:
+    """Run `steps` `count` times; they see the iteration as ChunkIndex.
+
+    Bounds temporaries: a convolution's patch matrix is built and multiplied
+    a slice of the batch at a time instead of all at once."""
+    count: int
+    steps: list
 
 
 @dataclass
 class KernelProgram:
     """What a backend compiles: buffers and the steps that fill them, in order."""
     buffers: list
-    steps: list           # LoopKernel | GemmCall
+    steps: list           # LoopKernel | GemmCall | ChunkLoop
     params: list          # buffer id per entry parameter
     outputs: list         # buffer id per flat output
     decisions: list = field(default_factory=list)  # (producer, consumer, "fused" or reason)

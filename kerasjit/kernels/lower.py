@@ -11,6 +11,7 @@ import numpy as np
 
 from ..hlo.opcodes import BROADCAST, ELEMENTWISE, INJECTIVE, OPAQUE, REDUCE
 from . import indexing as ix
+from .conv_gemm import conv_as_gemm, parse_dim_labels, window_positions
 from .ir import (S64, Buffer, Const, GemmCall, Index, KernelProgram, Load, LoopKernel, Op,
                  Reduce, ReduceVar, Var)
 
@@ -116,7 +117,23 @@ class _Lowering:
                                      [(buf.id, self._load_or_expr(inst, index))]))
         return buf.id
 
+    def materialized(self, inst):
+        """The buffer holding `inst`, computing it into a temp first if needed."""
+        if inst not in self.buffer_of:
+            self._emit(inst, "temp")
+        return self.buffer_of[inst]
+
+    def temp(self, dtype, dims, name):
+        buf = Buffer(len(self.buffers), dtype, tuple(dims), "temp", None, name)
+        self.buffers.append(buf)
+        return buf.id
+
+    def buffer_for(self, inst, role):
+        return self._buffer(inst, role)
+
     def _emit(self, inst, role):
+        if inst.opcode == "convolution" and conv_as_gemm(self, inst, role):
+            return
         gemm = self._gemm(inst)
         if gemm is not None:
             bid = self._buffer(inst, role)
@@ -124,7 +141,10 @@ class _Lowering:
             self.steps.append(gemm)
             return
         last = self.steps[-1] if self.steps else None
-        if isinstance(last, LoopKernel) and last.dims == inst.shape.dims:
+        # Reductions keep a kernel to themselves: alone, the renderer can run
+        # their rows along contiguous memory; loop outputs share a pass instead.
+        if isinstance(last, LoopKernel) and last.dims == inst.shape.dims \
+                and not self._is_reduction(inst) and not last.reduction:
             try:                      # multi-output: join the previous loop
                 value = self._kernel_expr(inst)
                 bid = self._buffer(inst, role)
@@ -139,7 +159,13 @@ class _Lowering:
         bid = self._buffer(inst, role)
         self.kernel_values[inst] = value
         self.steps.append(LoopKernel(f"k{len(self.steps)}_{inst.opcode}",
-                                     inst.shape.dims, [(bid, value)], [inst.name]))
+                                     inst.shape.dims, [(bid, value)], [inst.name],
+                                     reduction=self._is_reduction(inst)))
+
+    @staticmethod
+    def _is_reduction(inst):
+        source = inst.operands[0] if inst.opcode == "get-tuple-element" else inst
+        return source.kind in (REDUCE, OPAQUE) and source.opcode != "rng-bit-generator"
 
     def _kernel_expr(self, inst):
         index = tuple(Index(S64, d) for d in range(inst.shape.rank))
@@ -208,11 +234,7 @@ class _Lowering:
                 or rhs.shape.rank != 2 or lhs.shape.dtype != "f32" or rhs.shape.dtype != "f32":
             return None
         (lc,), (rc,) = a["lhs_contracting_dims"], a["rhs_contracting_dims"]
-        ids = []
-        for op in (lhs, rhs):     # sgemm reads buffers: operands must be materialised
-            if op not in self.buffer_of:
-                self._emit(op, "temp")
-            ids.append(self.buffer_of[op])
+        ids = [self.materialized(op) for op in (lhs, rhs)]  # sgemm reads buffers
         m, k = lhs.shape.dims[1 - lc], lhs.shape.dims[lc]
         n = rhs.shape.dims[1 - rc]
         return GemmCall(f"gemm_{inst.name}", None, ids[0], ids[1], m, n, k,
@@ -336,22 +358,8 @@ def _reduce(lw, inst, index, result=0):
 
 def _window_positions(index, window, in_dims, key):
     """Operand positions of window element ReduceVar(key, d) and their validity."""
-    valid, inner = None, []
-    for d, (i, w) in enumerate(zip(index, window)):
-        k = ReduceVar(S64, key, d)
-        if w.rhs_reversal:
-            k = ix.sub(ix.c64(w.size - 1), k)
-        pos = ix.sub(ix.add(ix.mul(i, ix.c64(w.stride)), ix.mul(k, ix.c64(w.rhs_dilate))),
-                     ix.c64(w.pad_lo))
-        n = in_dims[d]
-        span = (n - 1) * w.lhs_dilate
-        valid = ix.both(valid, Op("pred", "and", (ix.compare(pos, ix.c64(0), "GE"),
-                                                  ix.compare(pos, ix.c64(span), "LE"))))
-        if w.lhs_dilate > 1:
-            valid = ix.both(valid, ix.compare(ix.mod(ix.clamp(pos, 0, span), w.lhs_dilate),
-                                              ix.c64(0), "EQ"))
-        inner.append(ix.div(ix.clamp(pos, 0, span), w.lhs_dilate))
-    return valid, inner
+    return window_positions(index, window, in_dims,
+                            [ReduceVar(S64, key, d) for d in range(len(window))])
 
 
 def _reduce_window(lw, inst, index, result=0):
@@ -409,7 +417,7 @@ def _convolution(lw, inst, index):
     a = inst.attrs
     if a.get("batch_group_count", 1) != 1:
         raise Unsupported("convolution with batch_group_count > 1")
-    lhs_l, rhs_l, out_l = _parse_dim_labels(a["dim_labels"])
+    lhs_l, rhs_l, out_l = parse_dim_labels(a["dim_labels"])
     lhs, rhs = (op.shape for op in inst.operands)
     window = a["window"]
     groups = a.get("feature_group_count", 1)
@@ -439,16 +447,6 @@ def _convolution(lw, inst, index):
     extents = tuple(w.size for w in window) + (in_per_group,)
     return _sum_of_products(inst.shape.dtype, key, extents, x,
                             _converted(lw, inst, 1, rhs_index), inst.name)
-
-
-def _parse_dim_labels(labels):
-    """'b01f_01io->b01f' -> ({'b': 0, 0: 1, 1: 2, 'f': 3}, ..., ...)."""
-    lhs, rest = labels.split("_")
-    rhs, out = rest.split("->")
-
-    def positions(s):
-        return {int(c) if c.isdigit() else c: i for i, c in enumerate(s)}
-    return positions(lhs), positions(rhs), positions(out)
 
 
 def _get_tuple_element(lw, inst, index):

@@ -8,13 +8,30 @@ LLVM promotes to registers.
 """
 from llvmlite import ir
 
-from ...kernels.ir import Const, GemmCall, Index, Load, Op, Reduce, ReduceVar, Var, children
+from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, Index, Load, Op, Reduce,
+                           ReduceVar, Var, children)
 from .blas import SGEMM_SYMBOL
 from .llvm_types import memory_type, register_type
 from .ops import OpEmitter
 
 I64 = ir.IntType(64)
 PTR = ir.PointerType()
+
+
+def counted_loop(b, fn, extent, body):
+    """for (i = 0; i < extent; ++i) body(i), at the builder's position."""
+    pre = b.block
+    head = fn.append_basic_block("loop")
+    done = fn.append_basic_block("after")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64)
+    i.add_incoming(ir.Constant(I64, 0), pre)
+    body(i)
+    nxt = b.add(i, ir.Constant(I64, 1))
+    i.add_incoming(nxt, b.block)
+    b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I64, extent)), head, done)
+    b.position_at_end(done)
 
 
 def _outer_nodes(expr):
@@ -64,20 +81,7 @@ class _KernelBuilder:
 
     # ----------------------------------------------------------------- loops
     def loop(self, extent, body):
-        """for (i = 0; i < extent; ++i) body(i)."""
-        b = self.b
-        pre = b.block
-        head = self.fn.append_basic_block("loop")
-        done = self.fn.append_basic_block("after")
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64)
-        i.add_incoming(ir.Constant(I64, 0), pre)
-        body(i)
-        nxt = b.add(i, ir.Constant(I64, 1))
-        i.add_incoming(nxt, b.block)
-        b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I64, extent)), head, done)
-        b.position_at_end(done)
+        counted_loop(self.b, self.fn, extent, body)
 
     def nest(self, extents, body, prefix=()):
         if not extents:
@@ -90,6 +94,10 @@ class _KernelBuilder:
         if 0 in dims:
             self.b.ret_void()
             return
+        if self._rows_can_accumulate():
+            self.nest(list(dims[:-1]), self._accumulate_rows)
+            self.b.ret_void()
+            return
 
         def element(index):
             values = {}
@@ -99,6 +107,40 @@ class _KernelBuilder:
                 self.store(bid, expr.dtype, index, value)
         self.nest(list(dims), element)
         self.b.ret_void()
+
+    def _rows_can_accumulate(self):
+        """A lone reduction (dot, convolution, sum) whose rows can be accumulated in place."""
+        stores = self.kernel.stores
+        if len(stores) != 1 or not self.kernel.dims or self.kernel.dims[-1] == 1:
+            return False
+        red = stores[0][1]
+        return isinstance(red, Reduce) and len(red.accs) == 1 and len(red.bodies) == 1
+
+    def _accumulate_rows(self, prefix):
+        """Reduction loops outside, the output's last dimension innermost.
+
+        Each element still folds its terms in the same order, so results are
+        bit-identical to the element-by-element loop; but the innermost loop
+        now runs along contiguous memory, which LLVM vectorises (the row stays
+        in L1 while every term is added to it).
+        """
+        (bid, red), last = self.kernel.stores[0], self.kernel.dims[-1]
+
+        def init(j):
+            env = {"index": prefix + (j,), "reduce": {}}
+            self.store(bid, red.dtype, prefix + (j,), self.render(red.inits[0], {}, env))
+        self.loop(last, init)
+
+        def term(counters):
+            def add_to_row(j):
+                index = prefix + (j,)
+                env = {"index": index, "reduce": {(red.key, d): c for d, c in enumerate(counters)}}
+                current = self.render(red.bodies[0], {}, env)
+                acc = self.load(Load(red.dtype, bid, ()), index)
+                env["vars"] = {red.accs[0].name: acc, red.curs[0].name: current}
+                self.store(bid, red.dtype, index, self.render(red.combined[0], {}, env))
+            self.loop(last, add_to_row)
+        self.nest(list(red.extents), term)
 
     # ------------------------------------------------------------ memory
     def address(self, bid, index):
@@ -134,6 +176,8 @@ class _KernelBuilder:
                                else int(node.value))
         if isinstance(node, Index):
             return env["index"][node.dim]
+        if isinstance(node, ChunkIndex):
+            return self.fn.args[1]
         if isinstance(node, ReduceVar):
             return env["reduce"][(node.owner, node.dim)]
         if isinstance(node, Var):
@@ -181,15 +225,20 @@ def _buffer_pointer(b, table, bid):
     return b.load(b.gep(table, [ir.Constant(I64, bid)], inbounds=True, source_etype=PTR), typ=PTR)
 
 
-def _gemm(b, sgemm, call, table):
+def _gemm(b, sgemm, call, table, chunk):
     """sgemm on row-major data: C^T = op(B)^T op(A)^T in BLAS's column-major terms."""
     i32, f32, i8 = ir.IntType(32), ir.FloatType(), ir.IntType(8)
 
     def by_reference(ty, value):      # Fortran BLAS takes every argument by pointer
-        slot = b.alloca(ty)
+        with b.goto_entry_block():    # (an alloca inside a loop would grow the stack)
+            slot = b.alloca(ty)
         b.store(ir.Constant(ty, value), slot)
         return slot
     m, n, k = call.m, call.n, call.k
+    out = _buffer_pointer(b, table, call.out)
+    if call.out_rows_per_chunk:
+        offset = b.mul(chunk, ir.Constant(I64, call.out_rows_per_chunk * n))
+        out = b.gep(out, [offset], inbounds=True, source_etype=f32)
     b.call(sgemm, [
         by_reference(i8, ord("T" if call.rhs_transposed else "N")),
         by_reference(i8, ord("T" if call.lhs_transposed else "N")),
@@ -197,7 +246,7 @@ def _gemm(b, sgemm, call, table):
         by_reference(f32, 1.0),
         _buffer_pointer(b, table, call.rhs), by_reference(i32, k if call.rhs_transposed else n),
         _buffer_pointer(b, table, call.lhs), by_reference(i32, m if call.lhs_transposed else k),
-        by_reference(f32, 0.0), _buffer_pointer(b, table, call.out), by_reference(i32, n)])
+        by_reference(f32, 0.0), out, by_reference(i32, n)])
 
 
 def render_program(program, name="cluster"):
@@ -205,20 +254,24 @@ def render_program(program, name="cluster"):
     and the (name, LLVM IR) of each kernel function for explain()."""
     module = ir.Module(name=name)
     ops = OpEmitter(module)
-    kernel_type = ir.FunctionType(ir.VoidType(), [PTR])
-    entry = ir.Function(module, kernel_type, f"{name}_entry")
+    kernel_type = ir.FunctionType(ir.VoidType(), [PTR, I64])   # buffers, chunk
+    entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), f"{name}_entry")
     eb = ir.IRBuilder(entry.append_basic_block("entry"))
-    sgemm = None
-    for i, step in enumerate(program.steps):
-        if isinstance(step, GemmCall):
-            sgemm = sgemm or ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * 13),
-                                         SGEMM_SYMBOL)
-            _gemm(eb, sgemm, step, entry.args[0])
-            continue
-        fn = ir.Function(module, kernel_type, f"{name}_k{i}")
-        fn.linkage = "internal"
-        _KernelBuilder(module, ops, program, step, fn).build()
-        eb.call(fn, [entry.args[0]])
+    table = entry.args[0]
+    sgemm = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * 13), SGEMM_SYMBOL)
+
+    def emit(steps, chunk):
+        for step in steps:
+            if isinstance(step, ChunkLoop):
+                counted_loop(eb, entry, step.count, lambda i, s=step: emit(s.steps, i))
+            elif isinstance(step, GemmCall):
+                _gemm(eb, sgemm, step, table, chunk)
+            else:
+                fn = ir.Function(module, kernel_type, f"{name}_k{len(module.functions)}")
+                fn.linkage = "internal"
+                _KernelBuilder(module, ops, program, step, fn).build()
+                eb.call(fn, [table, chunk])
+    emit(program.steps, ir.Constant(I64, 0))
     eb.ret_void()
     kernels = [(f.name, str(f)) for f in module.functions if not f.is_declaration]
     return module, kernels

@@ -1,0 +1,139 @@
+"""Convolution as GEMM: patch matrix (im2col) times weight matrix, by batch slices.
+
+For out[b, o..., f] = sum over window w and input feature c of
+lhs[b, pos(o, w), c] * rhs[w, c, f], build P[(b, o...), (w..., c)] (zeros
+where the window falls in padding or between dilated inputs) and multiply
+it by the weights laid out as [(w..., c), f] with sgemm. Every form the
+bridge emits for Conv2D and its two gradients is such a convolution with
+different dim_labels, dilations and reversal, so one lowering serves all.
+The patch matrix is built a slice of the batch at a time (a ChunkLoop) so
+it stays within a memory budget.
+"""
+import numpy as np
+
+from . import indexing as ix
+from .ir import S64, ChunkIndex, ChunkLoop, Const, GemmCall, Index, Load, LoopKernel, Op
+
+PATCH_BUDGET_BYTES = 64 << 20
+
+
+def parse_dim_labels(labels):
+    """'b01f_01io->b01f' -> ({'b': 0, 0: 1, 1: 2, 'f': 3}, ..., ...)."""
+    lhs, rest = labels.split("_")
+    rhs, out = rest.split("->")
+
+    def positions(s):
+        return {int(c) if c.isdigit() else c: i for i, c in enumerate(s)}
+    return positions(lhs), positions(rhs), positions(out)
+
+
+def window_positions(index, window, in_dims, window_index, reverse=True):
+    """Operand positions for output `index` and window offsets `window_index`,
+    with a validity predicate (None when always valid)."""
+    valid, inner = None, []
+    for d, (i, w, k) in enumerate(zip(index, window, window_index)):
+        if reverse and w.rhs_reversal:
+            k = ix.sub(ix.c64(w.size - 1), k)
+        pos = ix.sub(ix.add(ix.mul(i, ix.c64(w.stride)), ix.mul(k, ix.c64(w.rhs_dilate))),
+                     ix.c64(w.pad_lo))
+        span = (in_dims[d] - 1) * w.lhs_dilate
+        in_range = ix.both(ix.compare(pos, ix.c64(0), "GE"), ix.compare(pos, ix.c64(span), "LE"))
+        valid = ix.both(valid, in_range)
+        if w.lhs_dilate > 1:
+            valid = ix.both(valid, ix.compare(ix.mod(ix.clamp(pos, 0, span), w.lhs_dilate),
+                                              ix.c64(0), "EQ"))
+        inner.append(ix.div(ix.clamp(pos, 0, span), w.lhs_dilate))
+    return valid, inner
+
+
+def _kernel(name, dims, bid, value):
+    return LoopKernel(name, tuple(dims), [(bid, value)], [name])
+
+
+def _order(labels, last):
+    """Labels in their memory order, without `last` (if it is the innermost), else None."""
+    ordered = sorted(labels, key=labels.get)
+    return ordered[:-1] if ordered[-1] == last else None
+
+
+def conv_as_gemm(lw, inst, role):
+    """Lower `inst` (an f32 convolution) to patches + sgemm steps; False if not applicable.
+
+    The GEMM's row (M) and column (K) orders follow the output's and the
+    weights' memory order where they allow, so neither needs a transpose,
+    and the patch matrix is stored transposed when that makes its innermost
+    dimension the operand's contiguous one (the filter gradient's case).
+    """
+    a = inst.attrs
+    lhs, rhs = inst.operands
+    if inst.shape.dtype != "f32" or lhs.shape.dtype != "f32" or rhs.shape.dtype != "f32" \
+            or a.get("feature_group_count", 1) != 1 or a.get("batch_group_count", 1) != 1:
+        return False
+    lhs_l, rhs_l, out_l = parse_dim_labels(a["dim_labels"])
+    window = a["window"]
+    spatial = len(window)
+    out_dims, lhs_dims, rhs_dims = inst.shape.dims, lhs.shape.dims, rhs.shape.dims
+    m_labels = _order(out_l, "f") or ["b", *range(spatial)]
+    k_labels = _order(rhs_l, "o") or [*range(spatial), "i"]
+    m_sizes = [out_dims[out_l[x]] for x in m_labels]
+    k_sizes = [rhs_dims[rhs_l[x]] for x in k_labels]
+    features = out_dims[out_l["f"]]
+    m_total, k_total = int(np.prod(m_sizes)), int(np.prod(k_sizes))
+    per_row0 = (m_total // m_sizes[0]) * k_total * 4
+    per_chunk = max(1, min(m_sizes[0], PATCH_BUDGET_BYTES // max(per_row0, 1)))
+    while m_sizes[0] % per_chunk:
+        per_chunk -= 1
+
+    lhs_id, rhs_id = lw.materialized(lhs), lw.materialized(rhs)
+    # Weights as [K, f]; window reversal is applied here.
+    reversed_dims = [d for d, w in enumerate(window) if w.rhs_reversal]
+    if [rhs_l[x] for x in k_labels + ["o"]] == list(range(spatial + 2)) and not reversed_dims:
+        w_id = rhs_id
+    else:
+        w_dims = k_sizes + [features]
+        w_id = lw.temp("f32", w_dims, f"{inst.name}.weights")
+        index = [Index(S64, d) for d in range(spatial + 2)]
+        source = [None] * (spatial + 2)
+        for i, label in zip(index, k_labels + ["o"]):
+            if label in reversed_dims:
+                i = ix.sub(ix.c64(window[label].size - 1), i)
+            source[rhs_l[label]] = i
+        lw.steps.append(_kernel(f"weights_{inst.name}", w_dims, w_id,
+                                Load("f32", rhs_id, tuple(source))))
+    # Patches for one chunk of M's first dimension, [M, K] or [K, M].
+    chunk_m = [per_chunk] + m_sizes[1:]
+    transposed = sorted(lhs_l, key=lhs_l.get)[-1] == "b"
+    p_dims = k_sizes + chunk_m if transposed else chunk_m + k_sizes
+    p_id = lw.temp("f32", p_dims, f"{inst.name}.patches")
+    index = [Index(S64, d) for d in range(len(p_dims))]
+    k_index, m_index = (index[:len(k_sizes)], index[len(k_sizes):]) if transposed else \
+        (index[len(chunk_m):], index[:len(chunk_m)])
+    m_index[0] = ix.add(ix.mul(ChunkIndex(S64), ix.c64(per_chunk)), m_index[0])
+    at = {**dict(zip(m_labels, m_index)), **{("k", x): i for x, i in zip(k_labels, k_index)}}
+    in_spatial = [lhs_dims[lhs_l[d]] for d in range(spatial)]
+    valid, positions = window_positions([at[d] for d in range(spatial)], window, in_spatial,
+                                        [at[("k", d)] for d in range(spatial)], reverse=False)
+    source = [None] * lhs.shape.rank
+    source[lhs_l["b"]], source[lhs_l["f"]] = at["b"], at[("k", "i")]
+    for d in range(spatial):
+        source[lhs_l[d]] = positions[d]
+    value = Load("f32", lhs_id, tuple(source))
+    if valid is not None:
+        value = Op("f32", "select", (valid, value, Const("f32", 0.0)))
+    patches = _kernel(f"patches_{inst.name}", p_dims, p_id, value)
+    # The product lands in [M, f] order; any other output layout gets a transpose.
+    direct = [out_l[x] for x in m_labels + ["f"]] == list(range(spatial + 2))
+    product_dims = m_sizes + [features]
+    product_id = lw.buffer_for(inst, role) if direct else lw.temp("f32", product_dims,
+                                                                 f"{inst.name}.product")
+    rows = int(np.prod(chunk_m))
+    gemm = GemmCall(f"gemm_{inst.name}", product_id, p_id, w_id, rows, features, k_total,
+                    lhs_transposed=transposed, rhs_transposed=False, out_rows_per_chunk=rows)
+    lw.steps.append(ChunkLoop(m_sizes[0] // per_chunk, [patches, gemm]))
+    if not direct:
+        out_id = lw.buffer_for(inst, role)
+        index = [Index(S64, d) for d in range(spatial + 2)]
+        source = [index[out_l[x]] for x in m_labels + ["f"]]
+        lw.steps.append(_kernel(f"layout_{inst.name}", out_dims, out_id,
+                                Load("f32", product_id, tuple(source))))
+    return True
