@@ -5,9 +5,11 @@ writes the module after each pass there.
 """
 import os
 
+from ... import __version__
+from ...kernels.ir import KernelProgram
 from ...kernels.lower import lower
 from ...passes import optimize
-from . import engine
+from . import cache, engine
 from .blas import register_blas_symbols
 from .codegen import render_program
 from .executable import CpuExecutable
@@ -16,17 +18,36 @@ from .executable import CpuExecutable
 class CpuBackend:
     name = "cpu"
 
+    def __init__(self):
+        self.loaded = {}    # cache key -> (record, entry address) linked into this process
+
     def compile(self, module):
-        """Optimise `module` (in place: explain() shows what was compiled) and build it."""
-        optimize(module, debug=bool(os.environ.get("KERASJIT_DEBUG")),
-                 dump_dir=os.environ.get("KERASJIT_DUMP_DIR"))
-        program = lower(module)
+        """Optimise `module` (in place: explain() shows what was compiled) and build it,
+        or take the native code from the compile cache."""
         register_blas_symbols()
-        name = "cluster_" + "".join(c if c.isalnum() else "_" for c in module.name)[:40]
-        llvm_module, kernels = render_program(program, name)
-        optimized = engine.optimize(llvm_module)
-        address = engine.load(optimized, f"{name}_entry")
-        return CpuExecutable(program, address, kernels)
+        key = cache.cache_key(module, engine.host_description(), __version__)
+        if key in self.loaded:          # same HLO again in this process: share the code
+            optimize(module)
+            record, address = self.loaded[key]
+            return CpuExecutable(record["program"], address, record["kernels"])
+        record = cache.load(key)
+        if record is None:
+            optimize(module, debug=bool(os.environ.get("KERASJIT_DEBUG")),
+                     dump_dir=os.environ.get("KERASJIT_DUMP_DIR"))
+            program = lower(module)
+            name = f"cluster_{key[:16]}"
+            llvm_module, kernels = render_program(program, name)
+            code = engine.object_code(engine.optimize(llvm_module))
+            # What the executable needs of the program; expressions live in the code now.
+            record = {"program": KernelProgram(program.buffers, [], program.params,
+                                               program.outputs, program.decisions),
+                      "object": code, "entry": f"{name}_entry", "kernels": kernels}
+            cache.store(key, record)
+        else:
+            optimize(module)     # explain() shows the HLO as compiled either way
+        address = engine.load_object(record["object"], record["entry"])
+        self.loaded[key] = (record, address)
+        return CpuExecutable(record["program"], address, record["kernels"])
 
 
 BACKEND = CpuBackend()

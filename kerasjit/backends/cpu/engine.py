@@ -41,10 +41,18 @@ def optimize(llvm_ir):
     return module
 
 
-def load(module, entry):
-    """Add an optimised module to the JIT; the address of its `entry` function."""
+def object_code(module):
+    """Native object code of an optimised module (what the compile cache keeps)."""
+    return _jit()["machine"].emit_object(module)
+
+
+def load_object(code, entry):
+    """Link object code into this process; the address of its `entry` function."""
     with _lock:
         state = _jit()
-        state["engine"].add_module(module)
+        state["engine"].add_object_file(llvm.ObjectFileRef.from_data(code))
         state["engine"].finalize_object()
-        return state["engine"].get_function_address(entry)
+        address = state["engine"].get_function_address(entry)
+    if not address:
+        raise RuntimeError(f"kerasjit: linked object has no symbol {entry}")
+    return address
