@@ -2,8 +2,21 @@
 
     model = kerasjit.wrap(model)      # then model.fit(...) as usual
 """
+import importlib
+
 from .explain import explain, jit
 from .wrap import wrap
 
 __version__ = "0.1.0"
-__all__ = ["wrap", "jit", "explain"]
+__all__ = ["wrap", "jit", "explain", "JitProfiler", "report"]
+
+
+def __getattr__(name):
+    # Measurement and reporting load on first use: the compiler never needs them, and
+    # kerasjit.callbacks lives in callbacks/, which only an install maps in (setup.cfg).
+    if name == "JitProfiler":
+        from .callbacks import JitProfiler
+        return JitProfiler
+    if name == "report":
+        return importlib.import_module(".report", __name__)
+    raise AttributeError(f"module 'kerasjit' has no attribute {name!r}")

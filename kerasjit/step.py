@@ -6,6 +6,8 @@ later calls with that signature run the cached Program. Variables are read
 before and written after every call, so whoever looks at them between calls
 sees the compiled state.
 """
+import time
+
 import numpy as np
 import tensorflow as tf
 
@@ -20,8 +22,10 @@ def _signature(flat):
 
 
 class CompiledStep:
-    def __init__(self, fn, backend="auto", name=None, max_shapes=8):
+    def __init__(self, fn, backend="auto", name=None, max_shapes=8, events=None):
         self.fn, self.backend, self.max_shapes = fn, get_backend(backend), max_shapes
+        # Every trace-and-compile, as (perf_counter start, seconds, reason).
+        self.events = events if events is not None else []
         self.name = name or getattr(fn, "__name__", "step")
         self.programs = {}          # (structure, signature) -> (Program, VariableState, out structure)
 
@@ -39,7 +43,7 @@ class CompiledStep:
         specs = [tf.TensorSpec(a.shape, a.dtype) for a in tensors]
         concrete = tf.function(pure, autograph=False).get_concrete_function(*specs)
         fg = functionalize(concrete)
-        program = build_program(fg, self.backend, self.max_shapes)
+        program = build_program(fg, self.backend, self.max_shapes, self.events)
         return program, VariableState(fg.variables, fg.state_outputs), out_structure[0]
 
     def program_for(self, *args):
@@ -47,7 +51,11 @@ class CompiledStep:
         key = (tf.nest.map_structure(lambda _: 0, list(args)), _signature(flat))
         key = (str(key[0]), key[1])
         if key not in self.programs:
+            start = time.perf_counter()
             self.programs[key] = self._trace(list(args), flat)
+            shapes = [a.shape for a in flat if a is not None]
+            self.events.append((start, time.perf_counter() - start,
+                                f"{self.name}: tracing and compiling for inputs {shapes}"))
         return self.programs[key], [a for a in flat if a is not None]
 
     def __call__(self, *args):
@@ -58,18 +66,24 @@ class CompiledStep:
 
 
 class VariableState:
-    """Reads and writes a step's variables in one TensorFlow call each way
-    (per-variable reads and assigns cost ~0.1 ms apiece)."""
+    """Reads and writes a step's variables in one TensorFlow call each way.
+
+    Concrete functions, not tf.function: per-variable eager ops cost ~0.1 ms
+    apiece, and a polymorphic tf.function spends milliseconds matching its
+    arguments on every call."""
 
     def __init__(self, variables, written):
         self.variables, self.written = variables, sorted(written)
-        self._read = tf.function(lambda: [v.read_value() for v in variables])
+        self._read = tf.function(lambda: [v.read_value() for v in variables]) \
+            .get_concrete_function() if variables else None
+        specs = [tf.TensorSpec(variables[i].shape, variables[i].dtype) for i in self.written]
         self._write = tf.function(lambda *values: [variables[i].assign(x) for i, x in
-                                                   zip(self.written, values)] and None)
+                                                   zip(self.written, values)] and None) \
+            .get_concrete_function(*specs) if self.written else None
 
     def read(self):
-        return [t.numpy() for t in self._read()] if self.variables else []
+        return [t.numpy() for t in self._read()] if self._read else []
 
     def write(self, values):
-        if self.written:
-            self._write(*[values[i] for i in self.written])
+        if self._write:
+            self._write(*[tf.constant(values[i]) for i in self.written])

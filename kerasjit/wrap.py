@@ -17,13 +17,20 @@ from .step import CompiledStep
 
 
 class JitState:
-    """What wrap attaches to a model: the backend and its compiled steps."""
+    """What wrap attaches to a model: the backend, its compiled steps, and what
+    JitProfiler reads (`compile_events`, `buffer_bytes()`)."""
 
     def __init__(self, model, backend, max_shapes):
         self.backend = backend
-        self.train = CompiledStep(model.train_step, backend, "train_step", max_shapes)
-        self.test = CompiledStep(model.test_step, backend, "test_step", max_shapes)
-        self.predict = CompiledStep(model.predict_step, backend, "predict_step", max_shapes)
+        self.compile_events = []      # (perf_counter start, seconds, reason)
+        self.train, self.test, self.predict = (
+            CompiledStep(step, backend, name, max_shapes, self.compile_events)
+            for step, name in ((model.train_step, "train_step"), (model.test_step, "test_step"),
+                               (model.predict_step, "predict_step")))
+
+    def buffer_bytes(self):
+        return sum(program.buffer_bytes() for step in (self.train, self.test, self.predict)
+                   for program, _, _ in step.programs.values())
 
 
 def _check_model(model):

@@ -106,3 +106,14 @@ def test_wrapped_model_saves_and_loads(tmp_path):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0),
                                atol=1e-6)
+
+
+def test_compile_events_and_buffers_are_reported_for_the_profiler():
+    x, y = workloads.classification_data(64, (6,), 2)
+    model = kerasjit.wrap(small_model(), backend="cpu")
+    model.fit(x, y.argmax(1), batch_size=32, epochs=2, verbose=0)
+    events = model._kerasjit.compile_events
+    assert len(events) == 1 and "train_step" in events[0][2] and events[0][1] > 0
+    model.fit(x[:40], y[:40].argmax(1), batch_size=32, epochs=1, verbose=0)   # last batch of 8
+    assert len(events) == 2 and "(8, 6)" in events[1][2]
+    assert model._kerasjit.buffer_bytes() > 0

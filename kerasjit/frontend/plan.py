@@ -22,8 +22,8 @@ def _node_name(tensor):
 
 
 class Planner:
-    def __init__(self, fg, backend, cap=8):
-        self.fg, self.backend, self.cap = fg, backend, cap
+    def __init__(self, fg, backend, cap=8, events=None):
+        self.fg, self.backend, self.cap, self.events = fg, backend, cap, events
         self.by_name = {n.name: n for n in fg.nodes}
         self.sources = {n.name for n in fg.nodes if n.op in _SOURCE_OPS}
         self.consts = {n.name for n in fg.nodes if n.op == "Const"}
@@ -116,7 +116,8 @@ class Planner:
             if cluster.kind != "compiled":
                 continue
             run.specializer = Specializer(self._compile_fn(fn),
-                                          f"'{members[0]}' ({len(members)} ops)", self.cap)
+                                          f"'{members[0]}' ({len(members)} ops)", self.cap,
+                                          self.events)
             specs = self._input_specs(inputs)
             if specs is None:             # shapes known only at run time
                 continue
@@ -137,8 +138,9 @@ class Planner:
         return runs
 
 
-def build_program(fg, backend, cap=8):
-    planner = Planner(fg, backend, cap)
+def build_program(fg, backend, cap=8, events=None):
+    """Program for `fg`; run-time compiles are appended to `events`."""
+    planner = Planner(fg, backend, cap, events)
     clusters = planner.plan()
     constants = {}
     for t in fg.outputs + list(fg.state_outputs.values()):

@@ -134,8 +134,9 @@ class KernelProgram:
     decisions: list = field(default_factory=list)  # (producer, consumer, "fused" or reason)
 
 
-def walk(expr):
-    """Every node of an expression DAG once, operands before users."""
+def walk(expr, into_reductions=True):
+    """Every node of an expression DAG once, operands before users. Without
+    `into_reductions`, a Reduce's bodies (which run inside its loop) are skipped."""
     seen, order, stack = set(), [], [(expr, False)]
     while stack:
         node, done = stack.pop()
@@ -146,7 +147,8 @@ def walk(expr):
             continue
         seen.add(id(node))
         stack.append((node, True))
-        stack.extend((c, False) for c in children(node))
+        kids = children(node) if into_reductions or not isinstance(node, Reduce) else node.inits
+        stack.extend((c, False) for c in kids)
     return order
 
 

@@ -9,7 +9,7 @@ fusion: an optimizer update is one pass over memory).
 """
 import numpy as np
 
-from ..hlo.opcodes import BROADCAST, ELEMENTWISE, INJECTIVE, OPAQUE, REDUCE
+from ..hlo.opcodes import BROADCAST, ELEMENTWISE, OPAQUE, REDUCE
 from . import indexing as ix
 from .conv_gemm import conv_as_gemm, parse_dim_labels, window_positions
 from .ir import (S64, Buffer, Const, GemmCall, Index, KernelProgram, Load, LoopKernel, Op,

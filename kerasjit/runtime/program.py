@@ -1,4 +1,5 @@
 """Running a partitioned step: clusters in order over a table of values."""
+import time
 import warnings
 from dataclasses import dataclass, field
 
@@ -34,9 +35,10 @@ class Specializer:
     it saves.
     """
 
-    def __init__(self, compile_fn, name, cap=8):
+    def __init__(self, compile_fn, name, cap=8, events=None):
         self.compile_fn, self.name, self.cap = compile_fn, name, cap
         self.cache, self.gave_up, self.module = {}, None, None
+        self.events = events if events is not None else []   # (t_start, seconds, reason)
 
     def get(self, args):
         if self.gave_up:
@@ -45,10 +47,15 @@ class Specializer:
         if key not in self.cache:
             if len(self.cache) >= self.cap:
                 return self._give_up(f"more than {self.cap} input shapes seen")
+            start = time.perf_counter()
             try:
                 self.compile(key)
             except Exception as e:     # a compiler failure must not kill training
                 return self._give_up(f"compiling for shapes {[s for s, _ in key]} failed: {e}")
+            finally:
+                self.events.append((start, time.perf_counter() - start,
+                                    f"cluster {self.name}: new input shapes "
+                                    f"{[s for s, _ in key]}"))
         return self.cache[key]
 
     def compile(self, key):
@@ -73,6 +80,11 @@ class Program:
     outputs: list               # tensor names of the flat step outputs
     state_outputs: dict         # variable index -> tensor name
     constants: dict = field(default_factory=dict)   # const tensors read outside clusters
+
+    def buffer_bytes(self):
+        """Bytes held by the compiled executables' own buffers."""
+        return sum(getattr(e, "buffer_bytes", 0) for c in self.clusters if c.specializer
+                   for e in c.specializer.cache.values())
 
     def run(self, args, state):
         values = dict(self.constants)

@@ -9,7 +9,7 @@ LLVM promotes to registers.
 from llvmlite import ir
 
 from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, Index, Load, Op, Reduce,
-                           ReduceVar, Var, children)
+                           ReduceVar, Var, walk)
 from .blas import SGEMM_SYMBOL
 from .llvm_types import memory_type, register_type
 from .ops import OpEmitter
@@ -34,23 +34,6 @@ def counted_loop(b, fn, extent, body):
     b.position_at_end(done)
 
 
-def _outer_nodes(expr):
-    """Nodes of `expr` outside reduction bodies, operands first."""
-    seen, order, stack = set(), [], [(expr, False)]
-    while stack:
-        node, done = stack.pop()
-        if done:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        kids = node.inits if isinstance(node, Reduce) else children(node)
-        stack.extend((c, False) for c in kids)
-    return order
-
-
 class _KernelBuilder:
     def __init__(self, module, ops, program, kernel, fn):
         self.module, self.ops, self.program, self.kernel = module, ops, program, kernel
@@ -63,21 +46,7 @@ class _KernelBuilder:
 
     @staticmethod
     def _loaded(kernel):
-        ids = set()
-        for _, expr in kernel.stores:
-            stack = [expr]
-            seen = set()
-            while stack:
-                node = stack.pop()
-                if id(node) in seen:
-                    continue
-                seen.add(id(node))
-                if isinstance(node, Load):
-                    ids.add(node.buffer)
-                stack.extend(children(node))
-                if isinstance(node, Reduce):
-                    stack.extend(node.bodies)
-        return ids
+        return {n.buffer for _, expr in kernel.stores for n in walk(expr) if isinstance(n, Load)}
 
     # ----------------------------------------------------------------- loops
     def loop(self, extent, body):
@@ -164,7 +133,7 @@ class _KernelBuilder:
 
     # ------------------------------------------------------------ expressions
     def render(self, expr, values, env):
-        for node in _outer_nodes(expr):
+        for node in walk(expr, into_reductions=False):
             if id(node) not in values:
                 values[id(node)] = self.node(node, values, env)
         return values[id(expr)]

@@ -1,0 +1,160 @@
+"""JitProfiler: per-epoch speed and memory of a Keras fit, as a pandas DataFrame.
+
+    profiler = kerasjit.JitProfiler(name="kerasjit", batch_size=64)
+    model.fit(x, y, batch_size=64, epochs=3, callbacks=[profiler, keras.callbacks.CSVLogger(...)])
+    profiler.dataframe          # one row per epoch, columns as in COLUMNS
+
+It works on any Keras model, so plain Keras is measured the same way as a
+wrapped one. The figures are also added to each epoch's `logs` under
+`jit_<column>`, so History, CSVLogger and TensorBoard see them when they come
+after the profiler in `callbacks` (History always does). Rows accumulate
+over several `fit` calls, so `fit(initial_epoch=e, epochs=e + 1)` in a loop
+interleaves contenders epoch by epoch.
+
+What the compiler may expose (duck-typed; everything is optional, and this
+module imports nothing of the compiler):
+
+- `model._kerasjit.compile_events`: a list of `(t_start, seconds, reason)`,
+  `t_start` from `time.perf_counter()`. An event counts towards the epoch in
+  which it started and is reported as `compile_seconds`.
+- `model._kerasjit.buffer_bytes()`: bytes held by compiled buffers now.
+
+Without them `compile_seconds` and `buffer_mib` are 0 and tracing/compiling
+stays inside `epoch_seconds` (typically the first epoch's); that is also the
+case for plain Keras, whose tf.function tracing happens in its first step.
+"""
+import importlib.util
+import math
+import time
+
+import keras
+import numpy as np
+import pandas as pd
+import psutil
+
+MIB = 2 ** 20
+
+# Column -> what it measures; the report prints these under its tables.
+COLUMNS = {
+    "epoch": "Keras's epoch index (0-based)",
+    "epoch_seconds": "wall time from epoch begin to epoch end: steps, compiling, validation, "
+                     "callbacks",
+    "compile_seconds": "compile time the compiler reported during the epoch (0 when it reports "
+                       "none)",
+    "steps": "training batches run",
+    "outside_steps_seconds": "epoch time outside training batches: data iterator, validation, "
+                             "callbacks, garbage collection",
+    "samples_per_second": "steps x batch size / (epoch_seconds - compile_seconds); NaN when the "
+                          "batch size is unknown",
+    "step_p50_ms": "median time of one training batch (batch begin to batch end)",
+    "step_p90_ms": "90th percentile of the batch time",
+    "step_p99_ms": "99th percentile of the batch time",
+    "peak_rss_mib": "largest RSS of the whole process, sampled at each batch end and at epoch "
+                    "end",
+    "rss_growth_mib": "peak RSS minus the previous epoch's (first epoch: minus the RSS at "
+                      "its start)",
+    "buffer_mib": "bytes held by compiled buffers (0 when the compiler reports none)",
+    "gpu_mib": "CuPy memory pool bytes in use, largest sample (NaN without CuPy and a GPU)",
+}
+
+
+def _cupy_pool():
+    """CuPy's default memory pool when CuPy and a device are there, else None."""
+    if importlib.util.find_spec("cupy") is None:
+        return None
+    try:
+        import cupy
+        return cupy.get_default_memory_pool() if cupy.cuda.runtime.getDeviceCount() else None
+    except Exception:  # CuPy installed without a usable driver raises its own error types
+        return None
+
+
+class JitProfiler(keras.callbacks.Callback):
+    """Records COLUMNS for every epoch of `fit`; see the module docstring.
+
+    name: the run's name in reports (default: the model's name).
+    batch_size: for samples/s; by default the model's static input batch
+    size if it has one, else samples/s is NaN. A last partial batch is
+    counted as full.
+    """
+
+    def __init__(self, name=None, batch_size=None):
+        super().__init__()
+        self.name, self.batch_size = name, batch_size
+        self.rows = []
+        self._process = psutil.Process()
+        self._gpu = None
+
+    @property
+    def dataframe(self):
+        frame = pd.DataFrame(self.rows, columns=list(COLUMNS) if not self.rows else None)
+        frame.attrs["name"] = self.name
+        return frame
+
+    def _jit_state(self):
+        return getattr(self.model, "_kerasjit", None)
+
+    def _sample_memory(self):
+        self._peak_rss = max(self._peak_rss, self._process.memory_info().rss)
+        if self._gpu is not None:
+            self._peak_gpu = max(self._peak_gpu, self._gpu.used_bytes())
+
+    def _infer_batch_size(self):
+        try:
+            return self.model.inputs[0].shape[0]
+        except (AttributeError, IndexError, TypeError, ValueError):  # subclassed or unbuilt models
+            return None
+
+    def on_train_begin(self, logs=None):
+        self.name = self.name or self.model.name
+        self.batch_size = self.batch_size or self._infer_batch_size()
+        self._gpu = _cupy_pool()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._step_seconds = []
+        self._start_rss = self._peak_rss = self._process.memory_info().rss
+        self._peak_gpu = 0
+        self._epoch_start = time.perf_counter()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._batch_start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._step_seconds.append(time.perf_counter() - self._batch_start)
+        self._sample_memory()
+
+    def on_epoch_end(self, epoch, logs=None):
+        end = time.perf_counter()
+        seconds = end - self._epoch_start
+        self._sample_memory()
+        state = self._jit_state()
+        compile_seconds = sum(s for t, s, _ in getattr(state, "compile_events", ())
+                              if self._epoch_start <= t < end)
+        buffer_bytes = state.buffer_bytes() if hasattr(state, "buffer_bytes") else 0
+        steps = len(self._step_seconds)
+        p50, p90, p99 = (np.percentile(self._step_seconds, [50, 90, 99]) * 1e3 if steps
+                         else [math.nan] * 3)
+        previous = self.rows[-1]["peak_rss_mib"] * MIB if self.rows else self._start_rss
+        steady = seconds - compile_seconds
+        row = {
+            "epoch": epoch,
+            "epoch_seconds": seconds,
+            "compile_seconds": compile_seconds,
+            "steps": steps,
+            "outside_steps_seconds": seconds - sum(self._step_seconds),
+            "samples_per_second": (steps * self.batch_size / steady
+                                   if self.batch_size and steady > 0 else math.nan),
+            "step_p50_ms": float(p50), "step_p90_ms": float(p90), "step_p99_ms": float(p99),
+            "peak_rss_mib": self._peak_rss / MIB,
+            "rss_growth_mib": (self._peak_rss - previous) / MIB,
+            "buffer_mib": buffer_bytes / MIB,
+            "gpu_mib": self._peak_gpu / MIB if self._gpu is not None else math.nan,
+        }
+        if logs is not None:
+            # Keras's own numbers (loss, metrics) go into the row; ours go into logs,
+            # leaving out what was not measured so CSVLogger/progress bars show no NaN columns.
+            row.update((k, v) for k, v in logs.items()
+                       if isinstance(v, (int, float)) and not k.startswith("jit_"))
+            logs.update((f"jit_{k}", v) for k, v in row.items()
+                        if k in COLUMNS and k != "epoch" and not math.isnan(v))
+        self.rows.append(row)
