@@ -78,6 +78,10 @@ class JitProfiler(keras.callbacks.Callback):
     counted as full.
     """
 
+    # It times batches but never reads the model's variables between them, so a
+    # compiler keeping variables out of Keras between steps need not sync for it.
+    kerasjit_batch_safe = True
+
     def __init__(self, name=None, batch_size=None):
         super().__init__()
         self.name, self.batch_size = name, batch_size

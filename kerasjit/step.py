@@ -14,6 +14,7 @@ import tensorflow as tf
 from .backends import get_backend
 from .frontend.functional import functionalize
 from .frontend.plan import build_program
+from .runtime.state import VariableState
 
 
 def _signature(flat):
@@ -22,8 +23,9 @@ def _signature(flat):
 
 
 class CompiledStep:
-    def __init__(self, fn, backend="auto", name=None, max_shapes=8, events=None):
+    def __init__(self, fn, backend="auto", name=None, max_shapes=8, events=None, store=None):
         self.fn, self.backend, self.max_shapes = fn, get_backend(backend), max_shapes
+        self.store = store          # a ResidentStore keeps variables as arrays between calls
         # Every trace-and-compile, as (perf_counter start, seconds, reason).
         self.events = events if events is not None else []
         self.name = name or getattr(fn, "__name__", "step")
@@ -44,7 +46,8 @@ class CompiledStep:
         concrete = tf.function(pure, autograph=False).get_concrete_function(*specs)
         fg = functionalize(concrete)
         program = build_program(fg, self.backend, self.max_shapes, self.events)
-        return program, VariableState(fg.variables, fg.state_outputs), out_structure[0]
+        return (program, VariableState(fg.variables, fg.state_outputs, self.store),
+                out_structure[0])
 
     def program_for(self, *args):
         flat = [None if a is None else np.asarray(a) for a in tf.nest.flatten(list(args))]
@@ -63,27 +66,3 @@ class CompiledStep:
         outputs, new_state = program.run(tensors, state.read())
         state.write(new_state)
         return tf.nest.pack_sequence_as(out_structure, outputs)
-
-
-class VariableState:
-    """Reads and writes a step's variables in one TensorFlow call each way.
-
-    Concrete functions, not tf.function: per-variable eager ops cost ~0.1 ms
-    apiece, and a polymorphic tf.function spends milliseconds matching its
-    arguments on every call."""
-
-    def __init__(self, variables, written):
-        self.variables, self.written = variables, sorted(written)
-        self._read = tf.function(lambda: [v.read_value() for v in variables]) \
-            .get_concrete_function() if variables else None
-        specs = [tf.TensorSpec(variables[i].shape, variables[i].dtype) for i in self.written]
-        self._write = tf.function(lambda *values: [variables[i].assign(x) for i, x in
-                                                   zip(self.written, values)] and None) \
-            .get_concrete_function(*specs) if self.written else None
-
-    def read(self):
-        return [t.numpy() for t in self._read()] if self._read else []
-
-    def write(self, values):
-        if self._write:
-            self._write(*[tf.constant(values[i]) for i in self.written])

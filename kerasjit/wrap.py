@@ -8,11 +8,14 @@ untouched, which is how the wrapped model keeps behaving as the original.
 The model object itself is returned, switched to compiled steps, the way
 `compile(jit_compile=True)` switches a model to XLA.
 """
+import functools
+
 import keras
 import numpy as np
 import tensorflow as tf
 
 from .backends import get_backend
+from .runtime.state import ResidentStore
 from .step import CompiledStep
 
 
@@ -23,9 +26,14 @@ class JitState:
     def __init__(self, model, backend, max_shapes):
         self.backend = backend
         self.compile_events = []      # (perf_counter start, seconds, reason)
-        self.train, self.test, self.predict = (
+        # Training keeps its variables as arrays between steps; evaluate and
+        # predict read the Keras variables, so the store is flushed first.
+        self.store = ResidentStore()
+        self.train = CompiledStep(model.train_step, backend, "train_step", max_shapes,
+                                  self.compile_events, self.store)
+        self.test, self.predict = (
             CompiledStep(step, backend, name, max_shapes, self.compile_events)
-            for step, name in ((model.train_step, "train_step"), (model.test_step, "test_step"),
+            for step, name in ((model.test_step, "test_step"),
                                (model.predict_step, "predict_step")))
 
     def buffer_bytes(self):
@@ -64,6 +72,59 @@ def _steps(model, step):
     return function
 
 
+_BATCH_HOOKS = ("on_batch_begin", "on_batch_end", "on_train_batch_begin", "on_train_batch_end")
+
+
+def _observes_batches(callback):
+    """Whether a callback may look at (or change) variables between steps."""
+    if getattr(callback, "kerasjit_batch_safe", False) or isinstance(
+            callback, (keras.callbacks.ProgbarLogger, keras.callbacks.History)):
+        return False
+    if isinstance(callback, keras.callbacks.ModelCheckpoint) and callback.save_freq == "epoch":
+        return False
+    return any(getattr(type(callback), hook) is not getattr(keras.callbacks.Callback, hook)
+               for hook in _BATCH_HOOKS)
+
+
+class _Flush(keras.callbacks.Callback):
+    """First in fit's callbacks: Keras variables are current before any other
+    callback runs at an epoch's end (and at each batch's end when one of them
+    observes batches)."""
+
+    def __init__(self, store, every_batch):
+        super().__init__()
+        self.store, self.every_batch = store, every_batch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.every_batch:
+            self.store.flush()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.store.flush()
+
+
+def _flushing(method, store):
+    """`method`, leaving the Keras variables current however it returns."""
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        store.flush()
+        try:
+            return method(*args, **kwargs)
+        finally:              # also on an exception or KeyboardInterrupt mid-epoch:
+            store.flush()     # the variables then hold the last completed step
+    return call
+
+
+def _flushing_fit(fit, store):
+    @functools.wraps(fit)
+    def call(*args, callbacks=None, **kwargs):
+        callbacks = list(callbacks or [])
+        every_batch = any(_observes_batches(c) for c in callbacks)
+        return _flushing(fit, store)(*args, callbacks=[_Flush(store, every_batch), *callbacks],
+                                     **kwargs)
+    return call
+
+
 def wrap(model, backend="auto", max_shapes=8):
     """Make `model` train, evaluate and predict through kerasjit; returns the model.
 
@@ -95,6 +156,10 @@ def wrap(model, backend="auto", max_shapes=8):
         return model.predict_function
 
     model._kerasjit = state
+    # Flush before Keras's own code runs: evaluate resets metric variables first thing.
+    model.fit = _flushing_fit(model.fit, state.store)
+    for name in ("evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch"):
+        setattr(model, name, _flushing(getattr(model, name), state.store))
     model.make_train_function = make_train_function
     model.make_test_function = make_test_function
     model.make_predict_function = make_predict_function

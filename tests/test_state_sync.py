@@ -1,0 +1,133 @@
+"""Keras variables hold the compiled state whenever anyone can look.
+
+Between steps kerasjit keeps the training variables as arrays; these tests
+check every point where a user or a callback can observe them: per-batch
+callbacks, epoch ends, validation, the return from fit, train_on_batch, and
+an interrupted fit (which keeps the last completed step).
+"""
+import keras
+import numpy as np
+import pytest
+
+import kerasjit
+from kerasjit import workloads
+
+X, Y = workloads.classification_data(96, (20,), 3)
+
+
+def model(wrapped, backend="cpu"):
+    keras.utils.set_random_seed(5)
+    m = keras.Sequential([keras.Input((20,)), keras.layers.Dense(8, activation="relu"),
+                          keras.layers.Dense(3, activation="softmax")])
+    m.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"])
+    return kerasjit.wrap(m, backend=backend) if wrapped else m
+
+
+class WeightSpy(keras.callbacks.Callback):
+    """Reads the first kernel after every batch and epoch, as a user callback might."""
+
+    def __init__(self):
+        super().__init__()
+        self.batches, self.epochs = [], []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches.append(self.model.get_weights()[0].copy())
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs.append(self.model.get_weights()[0].copy())
+
+
+class EpochSpy(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.epochs = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs.append([w.copy() for w in self.model.get_weights()])
+
+
+def fit_both(spies_factory=lambda: [WeightSpy()], **kwargs):
+    results = []
+    for wrapped in (False, True):
+        m = model(wrapped)
+        spies = spies_factory()
+        history = m.fit(X, Y, batch_size=16, epochs=2, shuffle=False, verbose=0,
+                        callbacks=spies, **kwargs)
+        results.append((m, spies, history))
+    return results
+
+
+def test_a_callback_reading_weights_each_batch_sees_each_step():
+    (plain, [a], _), (wrapped, [b], _) = fit_both()
+    assert len(a.batches) == len(b.batches) == 12
+    for p, q in zip(a.batches + a.epochs, b.batches + b.epochs):
+        np.testing.assert_allclose(p, q, atol=1e-6)
+
+
+def test_epoch_callbacks_and_validation_see_current_weights():
+    (plain, [a], ha), (wrapped, [b], hb) = fit_both(
+        spies_factory=lambda: [EpochSpy()], validation_split=0.25)
+    for pe, qe in zip(a.epochs, b.epochs):
+        for p, q in zip(pe, qe):
+            np.testing.assert_allclose(p, q, atol=1e-6)
+    np.testing.assert_allclose(hb.history["val_loss"], ha.history["val_loss"], rtol=1e-5)
+    for p, q in zip(plain.get_weights(), wrapped.get_weights()):
+        np.testing.assert_allclose(p, q, atol=1e-6)
+
+
+def test_only_batch_observers_cost_a_sync_per_batch():
+    wrapped = model(True)
+    flushes = []
+    store = wrapped._kerasjit.store
+    original = store.flush
+    store.flush = lambda: (flushes.append(1), original())[1]
+    wrapped.fit(X, Y, batch_size=16, epochs=2, verbose=0,
+                callbacks=[kerasjit.JitProfiler(), keras.callbacks.EarlyStopping("loss", patience=5)])
+    quiet = len(flushes)
+    flushes.clear()
+    wrapped.fit(X, Y, batch_size=16, epochs=2, verbose=0, callbacks=[WeightSpy()])
+    assert quiet <= 6 < len(flushes)      # epochs and fit edges only, vs every batch
+
+
+def test_learning_rate_changed_by_a_callback_is_used():
+    schedule = keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.1 / (epoch + 1))
+    (plain, _, _), (wrapped, _, _) = fit_both(spies_factory=lambda: [schedule])
+    for p, q in zip(plain.get_weights(), wrapped.get_weights()):
+        np.testing.assert_allclose(p, q, atol=1e-6)
+
+
+class Interrupt(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 3:
+            raise KeyboardInterrupt
+
+
+def test_interrupted_fit_keeps_the_last_completed_step():
+    finals = []
+    for wrapped in (False, True):
+        m = model(wrapped)
+        with pytest.raises(KeyboardInterrupt):
+            m.fit(X, Y, batch_size=16, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[Interrupt()])
+        finals.append(m.get_weights())
+    for p, q in zip(*finals):
+        np.testing.assert_allclose(p, q, atol=1e-6)
+
+
+def test_train_on_batch_leaves_variables_current():
+    plain, wrapped = model(False), model(True)
+    for m in (plain, wrapped):
+        for i in range(3):
+            m.train_on_batch(X[i * 16:(i + 1) * 16], Y[i * 16:(i + 1) * 16])
+    for p, q in zip(plain.get_weights(), wrapped.get_weights()):
+        np.testing.assert_allclose(p, q, atol=1e-6)
+
+
+def test_early_stopping_restores_best_weights_like_keras():
+    def spies():
+        return [keras.callbacks.EarlyStopping(monitor="loss", patience=1,
+                                              restore_best_weights=True, min_delta=10)]
+    (plain, _, ha), (wrapped, _, hb) = fit_both(spies_factory=spies)
+    assert len(ha.history["loss"]) == len(hb.history["loss"])
+    for p, q in zip(plain.get_weights(), wrapped.get_weights()):
+        np.testing.assert_allclose(p, q, atol=1e-6)
