@@ -107,6 +107,8 @@ def _flushing(method, store):
     """`method`, leaving the Keras variables current however it returns."""
     @functools.wraps(method)
     def call(*args, **kwargs):
+        if tf.inside_function():      # being traced (train_step calls get_metrics_result):
+            return method(*args, **kwargs)    # an assign here would join the graph
         store.flush()
         try:
             return method(*args, **kwargs)
@@ -156,9 +158,11 @@ def wrap(model, backend="auto", max_shapes=8):
         return model.predict_function
 
     model._kerasjit = state
-    # Flush before Keras's own code runs: evaluate resets metric variables first thing.
+    # Flush before Keras's own code runs: evaluate resets metric variables first thing,
+    # and fit reads the metric variables for the epoch's logs before any callback runs.
     model.fit = _flushing_fit(model.fit, state.store)
-    for name in ("evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch"):
+    for name in ("evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch",
+                 "get_metrics_result"):
         setattr(model, name, _flushing(getattr(model, name), state.store))
     model.make_train_function = make_train_function
     model.make_test_function = make_test_function
