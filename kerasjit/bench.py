@@ -79,7 +79,9 @@ def machine():
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return (f"{cpu}, {psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB; "
+    from kerasjit.backends.cpu.engine import host_cpu_name
+    return (f"{cpu} ({host_cpu_name()}), {psutil.cpu_count()} cores, "
+            f"{psutil.virtual_memory().total / 2**30:.0f} GiB; "
             f"TensorFlow {tf.__version__}, Keras {keras.__version__}, kerasjit "
             f"{kerasjit.__version__}")
 

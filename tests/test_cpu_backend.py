@@ -243,3 +243,19 @@ ENTRY %e (x: f32[6]) -> f32[6] {
 """)
     with pytest.raises(Unsupported, match="no code generation for HLO 'sort'"):
         BACKEND.compile(sort)
+
+
+@pytest.mark.parametrize("name", ["conv_same_stride1", "conv_valid_stride2", "conv_dilated"])
+def test_convolutions_built_in_many_slices(name, monkeypatch):
+    """A tiny patch budget forces every conv (forward: row slices; filter gradient:
+    column slices that accumulate) through its ChunkLoop many times."""
+    from kerasjit.backends.cpu import CpuBackend
+    from kerasjit.kernels import conv_gemm
+    monkeypatch.setattr(conv_gemm, "PATCH_BUDGET_BYTES", 2048)
+    monkeypatch.setenv("KERASJIT_CACHE_DIR", "")
+    fn, args = STRUCTURED[name]
+    module = bridge(fn, *args)
+    got = CpuBackend().compile(module)([np.asarray(a) for a in args])
+    want = evaluate(module, [np.asarray(a) for a in args])
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)

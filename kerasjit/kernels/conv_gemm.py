@@ -6,8 +6,8 @@ where the window falls in padding or between dilated inputs) and multiply
 it by the weights laid out as [(w..., c), f] with sgemm. Every form the
 bridge emits for Conv2D and its two gradients is such a convolution with
 different dim_labels, dilations and reversal, so one lowering serves all.
-The patch matrix is built a slice of the batch at a time (a ChunkLoop) so
-it stays within a memory budget.
+The patch matrix is built a slice at a time (a ChunkLoop) so it stays
+within a memory budget.
 """
 import numpy as np
 
@@ -79,9 +79,14 @@ def conv_as_gemm(lw, inst, role):
     k_sizes = [rhs_dims[rhs_l[x]] for x in k_labels]
     features = out_dims[out_l["f"]]
     m_total, k_total = int(np.prod(m_sizes)), int(np.prod(k_sizes))
-    per_row0 = (m_total // m_sizes[0]) * k_total * 4
-    per_chunk = max(1, min(m_sizes[0], PATCH_BUDGET_BYTES // max(per_row0, 1)))
-    while m_sizes[0] % per_chunk:
+    # Slice the patch matrix along the longer GEMM side: rows (each slice writes
+    # its own rows of the product) or columns (slices add into the product, as
+    # the filter gradient's long contraction over batch and image wants).
+    along_k = k_total > m_total
+    sizes = k_sizes if along_k else m_sizes
+    per_row0 = m_total * k_total // sizes[0] * 4
+    per_chunk = max(1, min(sizes[0], PATCH_BUDGET_BYTES // max(per_row0, 1)))
+    while sizes[0] % per_chunk:
         per_chunk -= 1
 
     lhs_id, rhs_id = lw.materialized(lhs), lw.materialized(rhs)
@@ -101,14 +106,16 @@ def conv_as_gemm(lw, inst, role):
         lw.steps.append(_kernel(f"weights_{inst.name}", w_dims, w_id,
                                 Load("f32", rhs_id, tuple(source))))
     # Patches for one chunk of M's first dimension, [M, K] or [K, M].
-    chunk_m = [per_chunk] + m_sizes[1:]
+    chunk_m = m_sizes if along_k else [per_chunk] + m_sizes[1:]
+    chunk_k = [per_chunk] + k_sizes[1:] if along_k else k_sizes
     transposed = sorted(lhs_l, key=lhs_l.get)[-1] == "b"
-    p_dims = k_sizes + chunk_m if transposed else chunk_m + k_sizes
+    p_dims = chunk_k + chunk_m if transposed else chunk_m + chunk_k
     p_id = lw.temp("f32", p_dims, f"{inst.name}.patches")
     index = [Index(S64, d) for d in range(len(p_dims))]
-    k_index, m_index = (index[:len(k_sizes)], index[len(k_sizes):]) if transposed else \
+    k_index, m_index = (index[:len(chunk_k)], index[len(chunk_k):]) if transposed else \
         (index[len(chunk_m):], index[:len(chunk_m)])
-    m_index[0] = ix.add(ix.mul(ChunkIndex(S64), ix.c64(per_chunk)), m_index[0])
+    sliced = k_index if along_k else m_index
+    sliced[0] = ix.add(ix.mul(ChunkIndex(S64), ix.c64(per_chunk)), sliced[0])
     at = {**dict(zip(m_labels, m_index)), **{("k", x): i for x, i in zip(k_labels, k_index)}}
     in_spatial = [lhs_dims[lhs_l[d]] for d in range(spatial)]
     valid, positions = window_positions([at[d] for d in range(spatial)], window, in_spatial,
@@ -126,10 +133,12 @@ def conv_as_gemm(lw, inst, role):
     product_dims = m_sizes + [features]
     product_id = lw.buffer_for(inst, role) if direct else lw.temp("f32", product_dims,
                                                                  f"{inst.name}.product")
-    rows = int(np.prod(chunk_m))
-    gemm = GemmCall(f"gemm_{inst.name}", product_id, p_id, w_id, rows, features, k_total,
-                    lhs_transposed=transposed, rhs_transposed=False, out_rows_per_chunk=rows)
-    lw.steps.append(ChunkLoop(m_sizes[0] // per_chunk, [patches, gemm]))
+    rows, depth = int(np.prod(chunk_m)), int(np.prod(chunk_k))
+    gemm = GemmCall(f"gemm_{inst.name}", product_id, p_id, w_id, rows, features, depth,
+                    lhs_transposed=transposed, rhs_transposed=False,
+                    out_rows_per_chunk=0 if along_k else rows,
+                    rhs_rows_per_chunk=depth if along_k else 0, accumulate=along_k)
+    lw.steps.append(ChunkLoop(sizes[0] // per_chunk, [patches, gemm]))
     if not direct:
         out_id = lw.buffer_for(inst, role)
         index = [Index(S64, d) for d in range(spatial + 2)]

@@ -112,6 +112,8 @@ class GemmCall:
     lhs_transposed: bool  # lhs stored [K, M] rather than [M, K]
     rhs_transposed: bool  # rhs stored [N, K] rather than [K, N]
     out_rows_per_chunk: int = 0   # inside a ChunkLoop: C starts at row chunk * this
+    rhs_rows_per_chunk: int = 0   # inside a ChunkLoop: B starts at row chunk * this
+    accumulate: bool = False      # chunks after the first add into C (beta = 1)
 
 
 @dataclass

@@ -204,18 +204,28 @@ def _gemm(b, sgemm, call, table, chunk):
         b.store(ir.Constant(ty, value), slot)
         return slot
     m, n, k = call.m, call.n, call.k
+
+    def rows_into(pointer, rows_per_chunk):
+        offset = b.mul(chunk, ir.Constant(I64, rows_per_chunk * n))
+        return b.gep(pointer, [offset], inbounds=True, source_etype=f32)
     out = _buffer_pointer(b, table, call.out)
     if call.out_rows_per_chunk:
-        offset = b.mul(chunk, ir.Constant(I64, call.out_rows_per_chunk * n))
-        out = b.gep(out, [offset], inbounds=True, source_etype=f32)
+        out = rows_into(out, call.out_rows_per_chunk)
+    rhs = _buffer_pointer(b, table, call.rhs)
+    if call.rhs_rows_per_chunk:
+        rhs = rows_into(rhs, call.rhs_rows_per_chunk)
+    beta = by_reference(f32, 0.0)
+    if call.accumulate:               # the first chunk overwrites, later ones add
+        b.store(b.select(b.icmp_signed("==", chunk, ir.Constant(I64, 0)),
+                         ir.Constant(f32, 0.0), ir.Constant(f32, 1.0)), beta)
     b.call(sgemm, [
         by_reference(i8, ord("T" if call.rhs_transposed else "N")),
         by_reference(i8, ord("T" if call.lhs_transposed else "N")),
         by_reference(i32, n), by_reference(i32, m), by_reference(i32, k),
         by_reference(f32, 1.0),
-        _buffer_pointer(b, table, call.rhs), by_reference(i32, k if call.rhs_transposed else n),
+        rhs, by_reference(i32, k if call.rhs_transposed else n),
         _buffer_pointer(b, table, call.lhs), by_reference(i32, m if call.lhs_transposed else k),
-        by_reference(f32, 0.0), out, by_reference(i32, n)])
+        beta, out, by_reference(i32, n)])
 
 
 def render_program(program, name="cluster"):

@@ -21,6 +21,10 @@ def _jit():
     return _state
 
 
+def host_cpu_name():
+    return llvm.get_host_cpu_name()
+
+
 def host_description():
     """CPU name and features: part of every compile-cache key."""
     _jit()
