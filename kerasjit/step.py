@@ -23,8 +23,10 @@ def _signature(flat):
 
 
 class CompiledStep:
-    def __init__(self, fn, backend="auto", name=None, max_shapes=8, events=None, store=None):
+    def __init__(self, fn, backend="auto", name=None, max_shapes=8, events=None, store=None,
+                 verbose=lambda: False):
         self.fn, self.backend, self.max_shapes = fn, get_backend(backend), max_shapes
+        self.verbose = verbose      # whether to announce compiles (fit's verbosity)
         self.store = store          # a ResidentStore keeps variables as arrays between calls
         # Every trace-and-compile, as (perf_counter start, seconds, reason).
         self.events = events if events is not None else []
@@ -54,11 +56,16 @@ class CompiledStep:
         key = (tf.nest.map_structure(lambda _: 0, list(args)), _signature(flat))
         key = (str(key[0]), key[1])
         if key not in self.programs:
+            shapes = [a.shape for a in flat if a is not None]
+            what = f"{self.name}: tracing and compiling for inputs {shapes}"
+            if self.verbose():
+                print(f"kerasjit: {what} ...", end="", flush=True)
             start = time.perf_counter()
             self.programs[key] = self._trace(list(args), flat)
-            shapes = [a.shape for a in flat if a is not None]
-            self.events.append((start, time.perf_counter() - start,
-                                f"{self.name}: tracing and compiling for inputs {shapes}"))
+            seconds = time.perf_counter() - start
+            self.events.append((start, seconds, what))
+            if self.verbose():
+                print(f" {seconds:.1f} s", flush=True)
         return self.programs[key], [a for a in flat if a is not None]
 
     def __call__(self, *args):

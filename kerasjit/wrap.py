@@ -29,10 +29,12 @@ class JitState:
         # Training keeps its variables as arrays between steps; evaluate and
         # predict read the Keras variables, so the store is flushed first.
         self.store = ResidentStore()
+        self.verbose = False          # set while a verbose fit runs: compiles say so
+        announce = lambda: self.verbose     # noqa: E731
         self.train = CompiledStep(model.train_step, backend, "train_step", max_shapes,
-                                  self.compile_events, self.store)
+                                  self.compile_events, self.store, announce)
         self.test, self.predict = (
-            CompiledStep(step, backend, name, max_shapes, self.compile_events)
+            CompiledStep(step, backend, name, max_shapes, self.compile_events, None, announce)
             for step, name in ((model.test_step, "test_step"),
                                (model.predict_step, "predict_step")))
 
@@ -117,13 +119,18 @@ def _flushing(method, store):
     return call
 
 
-def _flushing_fit(fit, store):
+def _flushing_fit(fit, state):
     @functools.wraps(fit)
-    def call(*args, callbacks=None, **kwargs):
+    def call(*args, callbacks=None, verbose="auto", **kwargs):
         callbacks = list(callbacks or [])
         every_batch = any(_observes_batches(c) for c in callbacks)
-        return _flushing(fit, store)(*args, callbacks=[_Flush(store, every_batch), *callbacks],
-                                     **kwargs)
+        state.verbose = verbose != 0
+        try:
+            return _flushing(fit, state.store)(
+                *args, callbacks=[_Flush(state.store, every_batch), *callbacks],
+                verbose=verbose, **kwargs)
+        finally:
+            state.verbose = False
     return call
 
 
@@ -160,7 +167,7 @@ def wrap(model, backend="auto", max_shapes=8):
     model._kerasjit = state
     # Flush before Keras's own code runs: evaluate resets metric variables first thing,
     # and fit reads the metric variables for the epoch's logs before any callback runs.
-    model.fit = _flushing_fit(model.fit, state.store)
+    model.fit = _flushing_fit(model.fit, state)
     for name in ("evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch",
                  "get_metrics_result"):
         setattr(model, name, _flushing(getattr(model, name), state.store))

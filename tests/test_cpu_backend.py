@@ -259,3 +259,18 @@ def test_convolutions_built_in_many_slices(name, monkeypatch):
     want = evaluate(module, [np.asarray(a) for a in args])
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_temporaries_with_disjoint_lifetimes_share_memory():
+    def chain(x):
+        for _ in range(4):                     # each softmax materialises a few temporaries
+            x = tf.nn.softmax(x * 3.0) + tf.reduce_max(x, axis=1, keepdims=True)
+        return x
+    args = [rand(8, 33)]
+    module = bridge(chain, *args)
+    executable = BACKEND.compile(module)
+    program = executable.program
+    temps = [b for b in program.buffers if b.role == "temp"]
+    assert len(program.slot_bytes) < len(temps)
+    assert sum(program.slot_bytes) < sum(b.nbytes for b in temps)
+    np.testing.assert_allclose(executable(args)[0], evaluate(module, args), rtol=1e-5)

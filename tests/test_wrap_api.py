@@ -117,3 +117,12 @@ def test_compile_events_and_buffers_are_reported_for_the_profiler():
     model.fit(x[:40], y[:40].argmax(1), batch_size=32, epochs=1, verbose=0)   # last batch of 8
     assert len(events) == 2 and "(8, 6)" in events[1][2]
     assert model._kerasjit.buffer_bytes() > 0
+
+
+def test_a_verbose_fit_announces_compiles_and_a_quiet_one_does_not(capsys):
+    x, y = workloads.classification_data(32, (6,), 2)
+    kerasjit.wrap(small_model(), backend="cpu").fit(x, y.argmax(1), epochs=1, verbose=0)
+    assert "kerasjit" not in capsys.readouterr().out
+    kerasjit.wrap(small_model(), backend="cpu").fit(x, y.argmax(1), epochs=1, verbose=2)
+    out = capsys.readouterr().out
+    assert "kerasjit: train_step: tracing and compiling for inputs [(32, 6), (32,)]" in out

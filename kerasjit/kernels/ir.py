@@ -8,7 +8,10 @@ variables. Index arithmetic is ordinary s64 expressions, so broadcast,
 transpose, reshape, slice, pad and concatenate are just indexing. Renderers
 (LLVM for CPU, CUDA C for GPU) turn the same kernels into code.
 """
+import math
 from dataclasses import dataclass, field
+
+from ..hlo.shape import DTYPES
 
 S64 = "s64"
 
@@ -89,6 +92,10 @@ class Buffer:
     data: object = None   # ndarray for constants
     name: str = ""
 
+    @property
+    def nbytes(self):
+        return int(DTYPES[self.dtype].itemsize * math.prod(self.dims))
+
 
 @dataclass
 class LoopKernel:
@@ -134,6 +141,8 @@ class KernelProgram:
     params: list          # buffer id per entry parameter
     outputs: list         # buffer id per flat output
     decisions: list = field(default_factory=list)  # (producer, consumer, "fused" or reason)
+    storage: dict = field(default_factory=dict)    # temp buffer id -> memory slot
+    slot_bytes: list = field(default_factory=list)  # size of each memory slot
 
 
 def walk(expr, into_reductions=True):

@@ -12,6 +12,7 @@ import numpy as np
 from ..hlo.opcodes import BROADCAST, ELEMENTWISE, OPAQUE, REDUCE
 from . import indexing as ix
 from .conv_gemm import conv_as_gemm, parse_dim_labels, window_positions
+from .storage import assign_storage
 from .ir import (S64, Buffer, Const, GemmCall, Index, KernelProgram, Load, LoopKernel, Op,
                  Reduce, ReduceVar, Var)
 
@@ -99,7 +100,8 @@ class _Lowering:
             if self.buffers[bid].role != "output" or bid in out_ids:
                 bid = self._copy(inst)
             out_ids.append(bid)
-        return KernelProgram(self.buffers, self.steps, params, out_ids, self.decisions)
+        return assign_storage(KernelProgram(self.buffers, self.steps, params, out_ids,
+                                            self.decisions))
 
     # ------------------------------------------------------------------ kernels
     def _buffer(self, inst, role, data=None):

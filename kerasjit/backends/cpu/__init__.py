@@ -40,7 +40,8 @@ class CpuBackend:
             code = engine.object_code(engine.optimize(llvm_module))
             # What the executable needs of the program; expressions live in the code now.
             record = {"program": KernelProgram(program.buffers, [], program.params,
-                                               program.outputs, program.decisions),
+                                               program.outputs, program.decisions,
+                                               program.storage, program.slot_bytes),
                       "object": code, "entry": f"{name}_entry", "kernels": kernels}
             cache.store(key, record)
         else:

@@ -15,7 +15,7 @@ import llvmlite
 
 from ...hlo import print_module
 
-FORMAT = 1
+FORMAT = 2     # bump when what an entry holds changes
 
 
 def cache_dir():

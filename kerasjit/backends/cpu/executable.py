@@ -13,9 +13,12 @@ class CpuExecutable:
         self.program, self.kernels = program, kernels   # kernels: [(name, LLVM IR)]
         self._entry = _ENTRY(address)
         self._arrays = [None] * len(program.buffers)
-        for buf in program.buffers:   # temps and constants live as long as the executable
+        # Temporaries live in shared slots (kernels/storage.py) for the executable's life.
+        self._slots = [np.empty(n, np.uint8) for n in program.slot_bytes]
+        for buf in program.buffers:
             if buf.role == "temp":
-                self._arrays[buf.id] = np.empty(buf.dims, DTYPES[buf.dtype])
+                memory = self._slots[program.storage[buf.id]][:buf.nbytes]
+                self._arrays[buf.id] = memory.view(DTYPES[buf.dtype]).reshape(buf.dims)
             elif buf.role == "constant":
                 self._arrays[buf.id] = np.asarray(buf.data, DTYPES[buf.dtype], order="C")
         self._table = (ctypes.c_void_p * len(program.buffers))()
@@ -25,7 +28,9 @@ class CpuExecutable:
 
     @property
     def buffer_bytes(self):
-        return sum(a.nbytes for a in self._arrays if a is not None)
+        """Bytes of the executable's own memory: temporaries' slots and constants."""
+        return sum(s.nbytes for s in self._slots) + sum(
+            a.nbytes for b, a in zip(self.program.buffers, self._arrays) if b.role == "constant")
 
     def __call__(self, args):
         program, table = self.program, self._table
