@@ -1,0 +1,368 @@
+"""Per-opcode kernel expressions: the value of an HLO instruction at an index.
+
+Each builder gets the lowering (for operands, reduction keys and combiners)
+and returns an Expr. Reindexing ops only transform the index; reductions,
+dot and convolution become Reduce nodes; rng-bit-generator is Philox in
+integer arithmetic; select-and-scatter gathers, for each operand position,
+the source values of the windows that selected it.
+"""
+import numpy as np
+
+from . import indexing as ix
+from .conv_gemm import parse_dim_labels, window_positions
+from .ir import S64, Const, Op, Reduce, ReduceVar, Var
+
+_PHILOX_M = (0xD2511F53, 0xCD9E8D57)
+_PHILOX_W = (0x9E3779B9, 0xBB67AE85)
+
+
+class Unsupported(NotImplementedError):
+    """An HLO feature this compiler does not generate code for (the cluster falls back)."""
+
+
+def op_of(inst, args):
+    attr = inst.attrs.get("direction") if inst.opcode == "compare" else None
+    return Op(inst.shape.dtype, inst.opcode, tuple(args), attr)
+
+
+def elementwise(lw, inst, index):
+    return op_of(inst, [lw.operand(inst, i, index) for i in range(len(inst.operands))])
+
+
+def _broadcast(lw, inst, index):
+    return lw.operand(inst, 0, [index[d] for d in inst.attrs["dimensions"]])
+
+
+def _reshape(lw, inst, index):
+    return lw.operand(inst, 0, ix.reshape_index(index, inst.shape.dims,
+                                                 inst.operands[0].shape.dims))
+
+
+def _transpose(lw, inst, index):
+    perm = inst.attrs["dimensions"]
+    inner = [None] * len(perm)
+    for out_dim, in_dim in enumerate(perm):
+        inner[in_dim] = index[out_dim]
+    return lw.operand(inst, 0, inner)
+
+
+def _slice(lw, inst, index):
+    return lw.operand(inst, 0, [ix.add(ix.c64(s), ix.mul(i, ix.c64(st)))
+                                for i, (s, _, st) in zip(index, inst.attrs["slice"])])
+
+
+def _reverse(lw, inst, index):
+    dims, rev = inst.shape.dims, set(inst.attrs["dimensions"])
+    return lw.operand(inst, 0, [ix.sub(ix.c64(dims[d] - 1), i) if d in rev else i
+                                for d, i in enumerate(index)])
+
+
+def _iota(lw, inst, index):
+    return Op(inst.shape.dtype, "convert", (index[inst.attrs["iota_dimension"]],))
+
+
+def _pad(lw, inst, index):
+    operand_dims = inst.operands[0].shape.dims
+    valid, inner = None, []
+    for i, (lo, _, interior), n in zip(index, inst.attrs["padding"], operand_dims):
+        pos = ix.sub(i, ix.c64(lo))
+        step = interior + 1
+        q = ix.div(ix.clamp(pos, 0, (n - 1) * step), step)
+        inner.append(q)
+        valid = ix.both(valid, ix.compare(pos, ix.c64(0), "GE"))
+        valid = ix.both(valid, ix.compare(pos, ix.c64((n - 1) * step), "LE"))
+        if interior:
+            valid = ix.both(valid, ix.compare(ix.mod(ix.clamp(pos, 0, (n - 1) * step), step),
+                                              ix.c64(0), "EQ"))
+    value = lw.operand(inst, 0, inner)
+    return value if valid is None else Op(inst.shape.dtype, "select",
+                                          (valid, value, lw.operand(inst, 1, ())))
+
+
+def _concatenate(lw, inst, index):
+    d = inst.attrs["dimensions"][0]
+    offsets = np.cumsum([0] + [op.shape.dims[d] for op in inst.operands])
+    result = None
+    for i in reversed(range(len(inst.operands))):
+        n = inst.operands[i].shape.dims[d]
+        local = ix.clamp(ix.sub(index[d], ix.c64(offsets[i])), 0, n - 1)
+        value = lw.operand(inst, i, [local if k == d else x for k, x in enumerate(index)])
+        result = value if result is None else Op(
+            inst.shape.dtype, "select",
+            (ix.compare(index[d], ix.c64(offsets[i + 1]), "LT"), value, result))
+    return result
+
+
+def _dynamic_slice(lw, inst, index):
+    operand_dims = inst.operands[0].shape.dims
+    inner = []
+    for d, (i, size) in enumerate(zip(index, inst.shape.dims)):
+        start = Op(S64, "convert", (lw.operand(inst, d + 1, ()),))
+        start = Op(S64, "clamp", (ix.c64(0), start, ix.c64(operand_dims[d] - size)))
+        inner.append(ix.add(start, i))
+    return lw.operand(inst, 0, inner)
+
+
+def _dynamic_update_slice(lw, inst, index):
+    update_dims = inst.operands[1].shape.dims
+    inside, inner = None, []
+    for d, (i, size) in enumerate(zip(index, update_dims)):
+        start = Op(S64, "convert", (lw.operand(inst, d + 2, ()),))
+        start = Op(S64, "clamp", (ix.c64(0), start, ix.c64(inst.shape.dims[d] - size)))
+        rel = ix.sub(i, start)
+        inside = ix.both(inside, Op("pred", "and", (ix.compare(rel, ix.c64(0), "GE"),
+                                                    ix.compare(rel, ix.c64(size), "LT"))))
+        inner.append(ix.clamp(rel, 0, size - 1))
+    return Op(inst.shape.dtype, "select", (inside, lw.operand(inst, 1, inner),
+                                           lw.operand(inst, 0, index)))
+
+
+def _reduce(lw, inst, index, result=0):
+    n = len(inst.operands) // 2
+    reduced = inst.attrs["dimensions"]
+    in_dims = inst.operands[0].shape.dims
+    key = lw.key(inst)
+    kept = iter(index)
+    inner = []
+    for d in range(len(in_dims)):
+        if d in reduced:
+            inner.append(ReduceVar(S64, key, reduced.index(d)))
+        else:
+            inner.append(next(kept))
+    accs, curs, combined = lw.combiner(inst.attrs["to_apply"], n)
+    return Reduce(accs[result].dtype, key, tuple(in_dims[d] for d in reduced), accs, curs,
+                  combined, tuple(lw.operand(inst, n + i, ()) for i in range(n)),
+                  tuple(lw.operand(inst, i, inner) for i in range(n)), result)
+
+
+def _window_positions(index, window, in_dims, key):
+    """Operand positions of window element ReduceVar(key, d) and their validity."""
+    return window_positions(index, window, in_dims,
+                            [ReduceVar(S64, key, d) for d in range(len(window))])
+
+
+def _reduce_window(lw, inst, index, result=0):
+    n = len(inst.operands) // 2
+    window = inst.attrs["window"]
+    key = lw.key(inst)
+    valid, inner = _window_positions(index, window, inst.operands[0].shape.dims, key)
+    inits = tuple(lw.operand(inst, n + i, ()) for i in range(n))
+    bodies = tuple(Op(inst.operands[i].shape.dtype, "select",
+                      (valid, lw.operand(inst, i, inner), inits[i])) if valid is not None
+                   else lw.operand(inst, i, inner) for i in range(n))
+    accs, curs, combined = lw.combiner(inst.attrs["to_apply"], n)
+    return Reduce(accs[result].dtype, key, tuple(w.size for w in window), accs, curs,
+                  combined, inits, bodies, result)
+
+
+def _sum_of_products(dtype, key, extents, lhs, rhs, name):
+    acc, cur = Var(dtype, f"{name}.acc"), Var(dtype, f"{name}.cur")
+    product = Op(dtype, "multiply", (lhs, rhs))
+    return Reduce(dtype, key, extents, (acc,), (cur,), (Op(dtype, "add", (acc, cur)),),
+                  (Const(dtype, 0),), (product,))
+
+
+def _converted(lw, inst, i, index):
+    value = lw.operand(inst, i, index)
+    return value if value.dtype == inst.shape.dtype else Op(inst.shape.dtype, "convert", (value,))
+
+
+def _dot(lw, inst, index):
+    a = inst.attrs
+    lhs, rhs = (op.shape for op in inst.operands)
+    lb, rb = a.get("lhs_batch_dims", ()), a.get("rhs_batch_dims", ())
+    lc, rc = a["lhs_contracting_dims"], a["rhs_contracting_dims"]
+    key = lw.key(inst)
+    out = iter(index)
+    batch = [next(out) for _ in lb]
+
+    def operand_index(rank, batch_dims, contracting):
+        idx, free = [None] * rank, [d for d in range(rank) if d not in batch_dims + contracting]
+        for d, b in zip(batch_dims, batch):
+            idx[d] = b
+        for j, d in enumerate(contracting):
+            idx[d] = ReduceVar(S64, key, j)
+        for d in free:
+            idx[d] = next(out)
+        return idx
+    lhs_index = operand_index(lhs.rank, lb, lc)
+    rhs_index = operand_index(rhs.rank, rb, rc)
+    return _sum_of_products(inst.shape.dtype, key, tuple(lhs.dims[d] for d in lc),
+                            _converted(lw, inst, 0, lhs_index),
+                            _converted(lw, inst, 1, rhs_index), inst.name)
+
+
+def _convolution(lw, inst, index):
+    a = inst.attrs
+    if a.get("batch_group_count", 1) != 1:
+        raise Unsupported("convolution with batch_group_count > 1")
+    lhs_l, rhs_l, out_l = parse_dim_labels(a["dim_labels"])
+    lhs, rhs = (op.shape for op in inst.operands)
+    window = a["window"]
+    groups = a.get("feature_group_count", 1)
+    key = lw.key(inst)
+    spatial = len(window)
+    in_per_group = lhs.dims[lhs_l["f"]] // groups
+    out_per_group = rhs.dims[rhs_l["o"]] // groups
+    o = index[out_l["f"]]
+    in_feature = ReduceVar(S64, key, spatial)
+    lhs_index = [None] * lhs.rank
+    lhs_index[lhs_l["b"]] = index[out_l["b"]]
+    lhs_index[lhs_l["f"]] = in_feature if groups == 1 else ix.add(
+        ix.mul(ix.div(o, out_per_group), ix.c64(in_per_group)), in_feature)
+    out_spatial = [index[out_l[d]] for d in range(spatial)]
+    in_spatial_dims = [lhs.dims[lhs_l[d]] for d in range(spatial)]
+    valid, positions = _window_positions(out_spatial, window, in_spatial_dims, key)
+    for d in range(spatial):
+        lhs_index[lhs_l[d]] = positions[d]
+    rhs_index = [None] * rhs.rank
+    rhs_index[rhs_l["i"]] = in_feature
+    rhs_index[rhs_l["o"]] = o
+    for d in range(spatial):
+        rhs_index[rhs_l[d]] = ReduceVar(S64, key, d)
+    x = _converted(lw, inst, 0, lhs_index)
+    if valid is not None:
+        x = Op(x.dtype, "select", (valid, x, Const(x.dtype, 0)))
+    extents = tuple(w.size for w in window) + (in_per_group,)
+    return _sum_of_products(inst.shape.dtype, key, extents, x,
+                            _converted(lw, inst, 1, rhs_index), inst.name)
+
+
+def _get_tuple_element(lw, inst, index):
+    source = inst.operands[0]
+    i = inst.attrs["index"]
+    if source.opcode == "rng-bit-generator":
+        return _rng(lw, source, index, i)
+    if source.opcode == "tuple":
+        return lw.operand(source, i, index)
+    if source.opcode in ("reduce", "reduce-window"):
+        return EXPRESSIONS[source.opcode](lw, source, index, result=i)
+    raise Unsupported(f"get-tuple-element of '{source.opcode}'")
+
+
+def _u32(e):
+    return Op("u32", "convert", (e,))
+
+
+def _philox(counter, key):
+    """Philox-4x32-10 on u32 Exprs (4 counter words, 2 key words): 4 u32 words."""
+    c, k = list(counter), list(key)
+    for _ in range(10):
+        products = [Op("u64", "multiply", (Op("u64", "convert", (c[j],)), Const("u64", m)))
+                    for j, m in ((0, _PHILOX_M[0]), (2, _PHILOX_M[1]))]
+        hi = [_u32(Op("u64", "shift-right-logical", (p, Const("u64", 32)))) for p in products]
+        lo = [_u32(p) for p in products]
+        c = [Op("u32", "xor", (Op("u32", "xor", (hi[1], c[1])), k[0])), lo[1],
+             Op("u32", "xor", (Op("u32", "xor", (hi[0], c[3])), k[1])), lo[0]]
+        k = [Op("u32", "add", (k[0], Const("u32", _PHILOX_W[0]))),
+             Op("u32", "add", (k[1], Const("u32", _PHILOX_W[1])))]
+    return c
+
+
+def _rng(lw, inst, index, which):
+    if inst.attrs.get("algorithm") not in ("rng_philox", "rng_default"):
+        raise Unsupported(f"rng-bit-generator algorithm {inst.attrs.get('algorithm')}")
+    state = [lw.operand(inst, 0, (ix.c64(i),)) for i in range(3)]
+    key, lo, hi = state
+    bits_shape = inst.shape.tuple_shapes[1]
+    wide = bits_shape.dtype in ("u64", "s64")
+    if bits_shape.dtype not in ("u32", "s32", "u64", "s64"):
+        raise Unsupported(f"rng-bit-generator producing {bits_shape.dtype}")
+    words = bits_shape.size * (2 if wide else 1)
+    blocks = -(-words // 4)
+    if which == 0:                # new state: counter advanced by the blocks used
+        new_lo = Op("u64", "add", (lo, Const("u64", blocks)))
+        carry = Op("u64", "convert", (Op("pred", "compare", (new_lo, lo), "LT"),))
+        new_hi = Op("u64", "add", (hi, carry))
+        i = index[0]
+        return Op("u64", "select", (ix.compare(i, ix.c64(0), "EQ"), key, Op(
+            "u64", "select", (ix.compare(i, ix.c64(1), "EQ"), new_lo, new_hi))))
+
+    def word(w):
+        block = Op("u64", "convert", (ix.div(w, 4),))
+        block_lo = Op("u64", "add", (lo, block))
+        block_hi = Op("u64", "add", (hi, Op("u64", "convert", (
+            Op("pred", "compare", (block_lo, lo), "LT"),))))
+        counter = [_u32(block_lo), _u32(Op("u64", "shift-right-logical", (block_lo, Const("u64", 32)))),
+                   _u32(block_hi), _u32(Op("u64", "shift-right-logical", (block_hi, Const("u64", 32))))]
+        keys = [_u32(key), _u32(Op("u64", "shift-right-logical", (key, Const("u64", 32))))]
+        out = _philox(counter, keys)
+        lane = ix.mod(w, 4)
+        return Op("u32", "select", (ix.compare(lane, ix.c64(0), "EQ"), out[0], Op(
+            "u32", "select", (ix.compare(lane, ix.c64(1), "EQ"), out[1], Op(
+                "u32", "select", (ix.compare(lane, ix.c64(2), "EQ"), out[2], out[3]))))))
+    flat = ix.linearize(index, bits_shape.dims)
+    if not wide:
+        return Op(bits_shape.dtype, "bitcast-convert", (word(flat),)) \
+            if bits_shape.dtype == "s32" else word(flat)
+    low = Op("u64", "convert", (word(ix.mul(flat, ix.c64(2))),))
+    high = Op("u64", "convert", (word(ix.add(ix.mul(flat, ix.c64(2)), ix.c64(1))),))
+    bits = Op("u64", "or", (low, Op("u64", "shift-left", (high, Const("u64", 32)))))
+    return Op(bits_shape.dtype, "bitcast-convert", (bits,)) if bits_shape.dtype == "s64" else bits
+
+
+def _select_and_scatter(lw, inst, index):
+    operand, source, init = inst.operands
+    window = inst.attrs["window"]
+    out_dims = source.shape.dims
+    outer = lw.key(inst)
+    # The windows that contain this position: window element k of window s
+    # covers it when s*stride + k - pad_lo == position.
+    starts, covers = [], None
+    for d, (i, w) in enumerate(zip(index, window)):
+        k = ReduceVar(S64, outer, d)
+        num = ix.sub(ix.add(i, ix.c64(w.pad_lo)), k)
+        s = ix.div(ix.clamp(num, 0, (out_dims[d] - 1) * w.stride), w.stride)
+        ok = Op("pred", "and", (ix.compare(num, ix.c64(0), "GE"),
+                                ix.compare(num, ix.c64((out_dims[d] - 1) * w.stride), "LE")))
+        if w.stride > 1:
+            ok = Op("pred", "and", (ok, ix.compare(ix.mod(ix.clamp(num, 0, (out_dims[d] - 1) * w.stride),
+                                                          w.stride), ix.c64(0), "EQ")))
+        covers = ix.both(covers, ok)
+        starts.append(s)
+    # Which element of window `starts` the select computation picks (first wins ties).
+    inner = lw.key(inst, "select")
+    valid, positions = _window_positions(starts, window, operand.shape.dims, inner)
+    value = lw._load_or_expr(operand, tuple(positions))
+    flat = ix.linearize([ReduceVar(S64, inner, d) for d in range(len(window))],
+                        [w.size for w in window])
+    dtype = operand.shape.dtype
+    accs = (Var("pred", "sel.has"), Var(dtype, "sel.val"), Var(S64, "sel.pos"))
+    curs = (Var("pred", "sel.cur_has"), Var(dtype, "sel.cur_val"), Var(S64, "sel.cur_pos"))
+    sel_accs, sel_curs, (keep_acc,) = lw.combiner(inst.attrs["select"], 1)
+    keep = _substitute(keep_acc, {sel_accs[0]: accs[1], sel_curs[0]: curs[1]})
+    take_acc = Op("pred", "and", (accs[0], Op("pred", "or", (Op("pred", "not", (curs[0],)), keep))))
+    combined = tuple(Op(a.dtype, "select", (take_acc, a, c)) for a, c in zip(accs, curs))
+    inits = (Const("pred", False), Const(dtype, 0), ix.c64(-1))
+    bodies = (valid if valid is not None else Const("pred", True), value, flat)
+    chosen = Reduce(S64, inner, tuple(w.size for w in window), accs, curs, combined, inits,
+                    bodies, result=2)
+    mine = ix.linearize([ReduceVar(S64, outer, d) for d in range(len(window))],
+                        [w.size for w in window])
+    selected = Op("pred", "and", (covers, ix.compare(chosen, mine, "EQ")))
+    src = lw._load_or_expr(source, tuple(starts))
+    s_accs, s_curs, (scattered,) = lw.combiner(inst.attrs["scatter"], 1)
+    flag = Var("pred", "scatter.flag")
+    combined = (Op(dtype, "select", (flag, scattered, s_accs[0])),)
+    return Reduce(dtype, outer, tuple(w.size for w in window), (s_accs[0],), (flag, s_curs[0]),
+                  combined, (lw.operand(inst, 2, ()),), (selected, src), 0)
+
+
+def _substitute(expr, mapping):
+    """expr with Vars replaced (combiner computations are tiny trees)."""
+    if expr in mapping:
+        return mapping[expr]
+    if isinstance(expr, Op):
+        return Op(expr.dtype, expr.opcode, tuple(_substitute(a, mapping) for a in expr.args),
+                  expr.attr)
+    return expr
+
+
+EXPRESSIONS = {
+    "broadcast": _broadcast, "reshape": _reshape, "bitcast": _reshape,
+    "transpose": _transpose, "slice": _slice, "reverse": _reverse, "iota": _iota,
+    "pad": _pad, "concatenate": _concatenate, "dynamic-slice": _dynamic_slice,
+    "dynamic-update-slice": _dynamic_update_slice, "reduce": _reduce,
+    "reduce-window": _reduce_window, "dot": _dot, "convolution": _convolution,
+    "get-tuple-element": _get_tuple_element, "select-and-scatter": _select_and_scatter,
+}
