@@ -14,6 +14,10 @@ import numpy as np
 from . import indexing as ix
 from .ir import S64, ChunkIndex, ChunkLoop, Const, GemmCall, Index, Load, LoopKernel, Op
 
+# Cache-sized blocks (4 MB) halve the time spent writing patches on an idle
+# machine, but every sgemm call synchronises OpenBLAS's threads, and with
+# hundreds of small calls one descheduled thread stalls each of them: under
+# CPU contention that was 6x slower. Few large calls are the robust choice.
 PATCH_BUDGET_BYTES = 64 << 20
 
 
@@ -50,6 +54,13 @@ def _kernel(name, dims, bid, value):
     return LoopKernel(name, tuple(dims), [(bid, value)], [name])
 
 
+def _slice_rows(total, row_bytes):
+    """Rows per slice: the largest divisor of `total` (slices tile it exactly)
+    whose patch block fits the budget, so sgemm reads it while still in cache."""
+    target = max(1, min(total, PATCH_BUDGET_BYTES // max(row_bytes, 1)))
+    return next(rows for rows in range(target, 0, -1) if total % rows == 0)
+
+
 def _order(labels, last):
     """Labels in their memory order, without `last` (if it is the innermost), else None."""
     ordered = sorted(labels, key=labels.get)
@@ -83,11 +94,8 @@ def conv_as_gemm(lw, inst, role):
     # its own rows of the product) or columns (slices add into the product, as
     # the filter gradient's long contraction over batch and image wants).
     along_k = k_total > m_total
-    sizes = k_sizes if along_k else m_sizes
-    per_row0 = m_total * k_total // sizes[0] * 4
-    per_chunk = max(1, min(sizes[0], PATCH_BUDGET_BYTES // max(per_row0, 1)))
-    while sizes[0] % per_chunk:
-        per_chunk -= 1
+    sliced_total, other_total = (k_total, m_total) if along_k else (m_total, k_total)
+    per_chunk = _slice_rows(sliced_total, other_total * 4)
 
     lhs_id, rhs_id = lw.materialized(lhs), lw.materialized(rhs)
     # Weights as [K, f]; window reversal is applied here.
@@ -105,17 +113,22 @@ def conv_as_gemm(lw, inst, role):
             source[rhs_l[label]] = i
         lw.steps.append(_kernel(f"weights_{inst.name}", w_dims, w_id,
                                 Load("f32", rhs_id, tuple(source))))
-    # Patches for one chunk of M's first dimension, [M, K] or [K, M].
-    chunk_m = m_sizes if along_k else [per_chunk] + m_sizes[1:]
-    chunk_k = [per_chunk] + k_sizes[1:] if along_k else k_sizes
+    # Patches for one slice: `per_chunk` consecutive rows of the sliced side
+    # (flattened, so a slice can be smaller than one image) by the whole other
+    # side, stored [M, K] or [K, M].
     transposed = sorted(lhs_l, key=lhs_l.get)[-1] == "b"
+    chunk_m = m_sizes if along_k else [per_chunk]
+    chunk_k = [per_chunk] if along_k else k_sizes
     p_dims = chunk_k + chunk_m if transposed else chunk_m + chunk_k
     p_id = lw.temp("f32", p_dims, f"{inst.name}.patches")
     index = [Index(S64, d) for d in range(len(p_dims))]
     k_index, m_index = (index[:len(chunk_k)], index[len(chunk_k):]) if transposed else \
         (index[len(chunk_m):], index[:len(chunk_m)])
-    sliced = k_index if along_k else m_index
-    sliced[0] = ix.add(ix.mul(ChunkIndex(S64), ix.c64(per_chunk)), sliced[0])
+    row = ix.add(ix.mul(ChunkIndex(S64), ix.c64(per_chunk)), (k_index if along_k else m_index)[0])
+    if along_k:
+        k_index = list(ix.delinearize(row, k_sizes))
+    else:
+        m_index = list(ix.delinearize(row, m_sizes))
     at = {**dict(zip(m_labels, m_index)), **{("k", x): i for x, i in zip(k_labels, k_index)}}
     in_spatial = [lhs_dims[lhs_l[d]] for d in range(spatial)]
     valid, positions = window_positions([at[d] for d in range(spatial)], window, in_spatial,
@@ -138,7 +151,7 @@ def conv_as_gemm(lw, inst, role):
                     lhs_transposed=transposed, rhs_transposed=False,
                     out_rows_per_chunk=0 if along_k else rows,
                     rhs_rows_per_chunk=depth if along_k else 0, accumulate=along_k)
-    lw.steps.append(ChunkLoop(sizes[0] // per_chunk, [patches, gemm]))
+    lw.steps.append(ChunkLoop(sliced_total // per_chunk, [patches, gemm]))
     if not direct:
         out_id = lw.buffer_for(inst, role)
         index = [Index(S64, d) for d in range(spatial + 2)]

@@ -1,0 +1,207 @@
+"""Kernel IR -> CUDA C: one __global__ function per loop kernel.
+
+Each kernel runs a grid-stride loop over its flattened iteration space, so
+any launch grid covers it; the flat index is split into the loop index with
+div/mod. Per element, the expression DAG is rendered once into typed const
+locals (memoised, like the CPU renderer's values); a Reduce becomes an
+inner loop nest over mutable accumulator locals, with its Vars bound to
+those locals and to the body values. GemmCall steps are left to the host
+(cuBLAS): launch_plan says where they run between kernels.
+"""
+import math
+import re
+
+from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, Index, Load, LoopKernel, Op,
+                           Reduce, ReduceVar, Var, walk)
+from .cuda_ops import PRELUDE, ctype, expression, literal, memory_ctype
+
+SIGNATURE = 'extern "C" __global__ void {name}(void** buffers, long long chunk)'
+
+
+class _Scope:
+    """What rendered code at one C block nesting level can refer to."""
+
+    def __init__(self, parent=None):
+        self.values = dict(parent.values) if parent else {}   # id(node) -> C expression
+        self.vars = dict(parent.vars) if parent else {}       # Var name -> C expression
+        self.counters = dict(parent.counters) if parent else {}   # (key, dim) -> loop variable
+        self.reduced = dict(parent.reduced) if parent else {}     # Reduce key -> accumulators
+
+
+class _KernelWriter:
+    def __init__(self, program, kernel):
+        self.program, self.kernel = program, kernel
+        self.lines, self.depth, self.count = [], 1, 0
+
+    def emit(self, line):
+        self.lines.append("    " * self.depth + line)
+
+    def fresh(self, prefix="v"):
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def local(self, dtype, value, prefix="v"):
+        name = self.fresh(prefix)
+        self.emit(f"const {ctype(dtype)} {name} = {value};")
+        return name
+
+    def block(self, header, body):
+        self.emit(header + " {")
+        self.depth += 1
+        body()
+        self.depth -= 1
+        self.emit("}")
+
+    # ------------------------------------------------------------------ kernel
+    def render(self, name):
+        stores = self.kernel.stores
+        written = {bid for bid, _ in stores}
+        read = {n.buffer for _, e in stores for n in walk(e) if isinstance(n, Load)}
+        for bid in sorted(written | read):
+            t = memory_ctype(self.program.buffers[bid].dtype)
+            t = t if bid in written else f"const {t}"
+            self.emit(f"{t}* const b{bid} = ({t}*)buffers[{bid}];")
+        dims = self.kernel.dims
+        total = math.prod(dims)
+        self.block(f"for (s64 flat = (s64)blockIdx.x * blockDim.x + threadIdx.x; "
+                   f"flat < {total}LL; flat += (s64)blockDim.x * gridDim.x)",
+                   lambda: self.element(dims))
+        body = "\n".join(self.lines)
+        return f"{SIGNATURE.format(name=name)} {{\n{body}\n}}\n"
+
+    def element(self, dims):
+        # Every dimension but unit ones (their index is 0) is in the store's address.
+        stride = 1
+        for d in reversed(range(len(dims))):
+            if dims[d] != 1:
+                split = f"flat / {stride}LL" if stride > 1 else "flat"
+                if stride * dims[d] != math.prod(dims):
+                    split = f"{split} % {dims[d]}LL"
+                self.emit(f"const s64 i{d} = {split};")
+            stride *= dims[d]
+        scope = _Scope()
+        for bid, expr in self.kernel.stores:
+            value = self.value(expr, scope)
+            if expr.dtype == "pred":
+                value = f"(u8){value}"
+            at = self.address(bid, [f"i{d}" for d in range(len(dims))])
+            self.emit(f"b{bid}[{at}] = {value};")
+
+    def address(self, bid, index):
+        terms, stride = [], 1
+        for i, n in reversed(list(zip(index, self.program.buffers[bid].dims))):
+            if n != 1:
+                terms.append(i if stride == 1 else f"{i} * {stride}LL")
+            stride *= n
+        return " + ".join(reversed(terms)) or "0"
+
+    # ------------------------------------------------------------- expressions
+    def value(self, expr, scope):
+        """C expression for `expr`, emitting locals for the nodes not yet in scope."""
+        for node in walk(expr, into_reductions=False):
+            if id(node) not in scope.values:
+                scope.values[id(node)] = self.node(node, scope)
+        return scope.values[id(expr)]
+
+    def node(self, node, scope):
+        if isinstance(node, Const):
+            return literal(node.dtype, node.value)
+        if isinstance(node, Index):
+            return f"i{node.dim}" if self.kernel.dims[node.dim] != 1 else "0LL"
+        if isinstance(node, ChunkIndex):
+            return "chunk"
+        if isinstance(node, ReduceVar):
+            return scope.counters[(node.owner, node.dim)]
+        if isinstance(node, Var):
+            return scope.vars[node.name]
+        if isinstance(node, Load):
+            at = self.address(node.buffer, [scope.values[id(i)] for i in node.index])
+            loaded = f"b{node.buffer}[{at}]"
+            return self.local(node.dtype, f"{loaded} != 0" if node.dtype == "pred" else loaded)
+        if isinstance(node, Op):
+            args = [scope.values[id(a)] for a in node.args]
+            return self.local(node.dtype, expression(node.opcode, node.attr, node.dtype,
+                                                     [a.dtype for a in node.args], args))
+        if isinstance(node, Reduce):
+            if node.key not in scope.reduced:
+                scope.reduced[node.key] = self.reduce(node, scope)
+            return scope.reduced[node.key][node.result]
+        raise TypeError(node)
+
+    def reduce(self, node, scope):
+        accs = []
+        for var, init in zip(node.accs, node.inits):
+            accs.append(self.fresh("acc"))
+            self.emit(f"{ctype(var.dtype)} {accs[-1]} = {scope.values[id(init)]};")
+        counters = [self.fresh("r") for _ in node.extents]
+
+        def step():
+            inner = _Scope(scope)     # outer values are loop-invariant: reuse them
+            inner.counters.update(((node.key, d), c) for d, c in enumerate(counters))
+            current = [self.value(body, inner) for body in node.bodies]
+            inner.vars.update((v.name, a) for v, a in zip(node.accs, accs))
+            inner.vars.update((v.name, c) for v, c in zip(node.curs, current))
+            # All new values first: a combiner may read an accumulator another one updates.
+            combined = [self.value(c, inner) for c in node.combined]
+            for acc, value in zip(accs, combined):
+                self.emit(f"{acc} = {value};")
+
+        def nest(d):
+            if d == len(counters):
+                step()
+                return
+            c = counters[d]
+            self.block(f"for (s64 {c} = 0; {c} < {node.extents[d]}LL; ++{c})",
+                       lambda: nest(d + 1))
+        if 0 not in node.extents:
+            nest(0)
+        return accs
+
+
+def _identifier(text):
+    return re.sub(r"\W", "_", text)
+
+
+def kernel_names(program, name="cluster"):
+    """[(C function name, LoopKernel)] in execution order, ChunkLoop bodies included."""
+    found = []
+
+    def visit(steps):
+        for step in steps:
+            if isinstance(step, ChunkLoop):
+                visit(step.steps)
+            elif isinstance(step, LoopKernel):
+                found.append((f"{name}_{len(found)}_{_identifier(step.name)}", step))
+    visit(program.steps)
+    return found
+
+
+def render_kernel(program, kernel, name):
+    """CUDA C source of one LoopKernel (needs PRELUDE before it)."""
+    return _KernelWriter(program, kernel).render(name)
+
+
+def render_program(program, name="cluster"):
+    """(complete .cu source, [(kernel name, kernel source)]) for every loop kernel."""
+    kernels = [(n, render_kernel(program, k, n)) for n, k in kernel_names(program, name)]
+    return PRELUDE + "\n" + "\n".join(src for _, src in kernels), kernels
+
+
+def launch_plan(program, name="cluster"):
+    """The steps as a host runs them: a list of
+    {"kernel": name, "elements": iteration count} (launch with `chunk`),
+    {"gemm": GemmCall} (cuBLAS), {"chunks": count, "steps": [...]} (run the steps
+    with chunk = 0 .. count-1)."""
+    names = iter(n for n, _ in kernel_names(program, name))
+
+    def plan(steps):
+        out = []
+        for step in steps:
+            if isinstance(step, ChunkLoop):
+                out.append({"chunks": step.count, "steps": plan(step.steps)})
+            elif isinstance(step, GemmCall):
+                out.append({"gemm": step})
+            else:
+                out.append({"kernel": next(names), "elements": math.prod(step.dims)})
+        return out
+    return plan(program.steps)

@@ -1,0 +1,374 @@
+"""The CUDA C renderer, without a GPU.
+
+Compile: every loop kernel of real train steps goes through nvcc for sm_80
+and sm_90 with warnings as errors. Numerics: the same kernel source, built
+by g++ as C++ with the CUDA names defined by a small host harness (the
+thread grid becomes two loops), is run on random inputs and compared with
+the numpy evaluator: every elementwise opcode per dtype, and the structured
+ops whose kernels are not GEMMs (dots and depthwise convolution as
+reductions, select-and-scatter, variadic reductions, Philox bits).
+"""
+import ctypes
+import functools
+import shutil
+import subprocess
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kerasjit import workloads
+from kerasjit.backends.gpu.cuda_ops import PRELUDE
+from kerasjit.backends.gpu.cuda_render import launch_plan, render_program
+from kerasjit.frontend.bridge import hlo_module, literals_from_proto
+from kerasjit.hlo import parse_module
+from kerasjit.hlo.evaluator import evaluate
+from kerasjit.hlo.shape import DTYPES
+from kerasjit.kernels.ir import ChunkIndex, ChunkLoop, GemmCall, LoopKernel, Reduce, walk
+from kerasjit.kernels.lower import lower
+from kerasjit.passes import optimize
+
+FLOAT_UNARY = ["abs", "negate", "exponential", "exponential-minus-one", "log", "log-plus-one",
+               "sqrt", "rsqrt", "cbrt", "tanh", "logistic", "sine", "cosine", "tan", "floor",
+               "ceil", "round-nearest-afz", "round-nearest-even", "sign", "is-finite", "erf",
+               "copy"]
+FLOAT_BINARY = ["add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum",
+                "power", "atan2"]
+INT_UNARY = ["abs", "negate", "sign", "not", "popcnt", "count-leading-zeros", "copy"]
+INT_BINARY = ["add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "and",
+              "or", "xor", "shift-left", "shift-right-logical", "shift-right-arithmetic"]
+INTS = ["s8", "u8", "s16", "u16", "s32", "u32", "s64", "u64"]
+
+# The CUDA names the kernels use, for a host C++ compiler. Launching is two
+# loops over the grid; kernels have no barriers or shared memory, so running
+# threads one after another is a valid schedule.
+HARNESS = r"""
+#include <cmath>
+#include <cstring>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+struct kj_uint3 { unsigned x, y, z; };
+static kj_uint3 blockIdx, threadIdx, blockDim, gridDim;
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+static inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
+extern "C" void kj_launch(void (*kernel)(void**, long long), void** buffers, long long chunk,
+                          unsigned blocks, unsigned threads) {
+    gridDim.x = blocks;
+    blockDim.x = threads;
+    for (blockIdx.x = 0; blockIdx.x < blocks; ++blockIdx.x)
+        for (threadIdx.x = 0; threadIdx.x < threads; ++threadIdx.x)
+            kernel(buffers, chunk);
+}
+"""
+# Fewer threads than most iteration spaces: the grid-stride loop goes round.
+GRID = (3, 32)
+
+
+def tool(name):
+    path = shutil.which(name) or shutil.which(f"/usr/local/bin/{name}")
+    if path is None:
+        pytest.fail(f"{name} not found on PATH: the CUDA renderer's tests need it")
+    return path
+
+
+def program_of(module):
+    optimize(module)
+    return lower(module)
+
+
+def all_steps(steps):
+    for step in steps:
+        yield from all_steps(step.steps) if isinstance(step, ChunkLoop) else [step]
+
+
+# ------------------------------------------------------------------ compile
+MODELS = {
+    "softmax_regression": (workloads.softmax_regression, (784,), 10),
+    "mlp_dropout": (workloads.mlp, (784,), 10),
+    "conv_bn": (workloads.conv_bn, (28, 28, 1), 10),
+    "elephant_cnn": (lambda: workloads.elephant_cnn(image_size=40), (40, 40, 3), 1),
+}
+
+
+@functools.lru_cache(maxsize=None)     # traced once, shared by the tests below
+def train_step_program(name):
+    build, shape, classes = MODELS[name]
+    keras.utils.set_random_seed(0)
+    model = build()
+    x, y = (tf.constant(a) for a in workloads.classification_data(8, shape, classes))
+    step = tf.function(lambda x, y: model.train_step((x, y)), jit_compile=True)
+    ir = step.experimental_get_compiler_ir(x, y)
+    constants = literals_from_proto(ir(stage="hlo_serialized"))
+    return program_of(parse_module(ir(stage="hlo"), constants))
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_train_step_kernels_compile_with_nvcc(name, tmp_path):
+    nvcc = tool("nvcc")
+    program = train_step_program(name)
+    source, kernels = render_program(program, name)
+    assert len(kernels) == sum(isinstance(s, LoopKernel) for s in all_steps(program.steps))
+    (tmp_path / "k.cu").write_text(source)
+    done = subprocess.run(
+        [nvcc, "-fatbin", "-Werror", "all-warnings", "-o", str(tmp_path / "k.fatbin"),
+         "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
+         str(tmp_path / "k.cu")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def test_train_steps_cover_every_kernel_kind():
+    """The models above exercise what the renderer has to get right."""
+    kernels = [s for n in ("mlp_dropout", "conv_bn")
+               for s in all_steps(train_step_program(n).steps) if isinstance(s, LoopKernel)]
+    nodes = [node for k in kernels for _, e in k.stores for node in walk(e)]
+    assert any(isinstance(n, Reduce) and len(n.accs) > 1 for n in nodes)    # variadic
+    assert any(isinstance(n, ChunkIndex) for n in nodes)                    # conv patches
+    assert any(len(k.stores) > 1 for k in kernels)                          # multi-output
+    assert any(getattr(n, "opcode", None) == "shift-right-logical" and n.dtype == "u64"
+               for n in nodes)                                              # Philox
+
+
+def test_launch_plan_lists_every_step():
+    program = train_step_program("conv_bn")
+    plan = launch_plan(program, "m")
+    _, kernels = render_program(program, "m")
+
+    def flatten(entries):
+        for e in entries:
+            yield from flatten(e["steps"]) if "chunks" in e else [e]
+    flat = list(flatten(plan))
+    assert [e["kernel"] for e in flat if "kernel" in e] == [n for n, _ in kernels]
+    assert sum("gemm" in e for e in flat) == sum(isinstance(s, GemmCall)
+                                                 for s in all_steps(program.steps))
+    assert any("chunks" in e for e in plan)
+    assert all(e["elements"] > 0 for e in flat if "kernel" in e)
+
+
+# ------------------------------------------------------------------ numerics
+def elementwise_module(opcode, dtype, dims, arity, out_dtype=None, attrs=""):
+    shape = f"{dtype}[{','.join(map(str, dims))}]"
+    out = f"{out_dtype or dtype}[{','.join(map(str, dims))}]"
+    params = "\n".join(f"  %p{i} = {shape} parameter({i})" for i in range(arity))
+    operands = ", ".join(f"{shape} %p{i}" for i in range(arity))
+    return parse_module(f"""HloModule m
+ENTRY %e ({', '.join(f'p{i}: {shape}' for i in range(arity))}) -> {out} {{
+{params}
+  ROOT %r = {out} {opcode}({operands}){attrs}
+}}
+""")
+
+
+def edges(dtype):
+    """The values where XLA and C disagree: NaN, infinities, INT_MIN, -1, shift widths."""
+    np_type = DTYPES[dtype]
+    if np_type.kind == "f":
+        return np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -2.5], np_type)
+    info = np.iinfo(np_type)
+    return np.array([0, 1, info.max, info.min, 31, 32, 33, 64, 7, 8, 16,
+                     -1 if info.min < 0 else 63], np_type)
+
+
+def values(dtype, dims, rng, positive=False, special=True):
+    """Random values, the edge cases first."""
+    np_type = DTYPES[dtype]
+    if dtype == "pred":
+        return rng.random(dims) < 0.5
+    if np_type.kind == "f":
+        x = rng.standard_normal(dims) * 3
+        x = (np.abs(x) + 0.1 if positive else x).astype(np_type)
+    else:
+        info = np.iinfo(np_type)
+        x = rng.integers(max(info.min, -100), min(info.max, 100), size=dims, endpoint=True)
+        x = x.astype(np_type)
+    if special:
+        e = edges(dtype)
+        x.reshape(-1)[:e.size] = e
+    return x
+
+
+def edge_pairs(dtype, rng, positive):
+    """Two operands whose first elements pair every edge case with every other."""
+    a, b = (values(dtype, DIMS, rng, positive) for _ in range(2))
+    e = edges(dtype)
+    a.reshape(-1)[:e.size ** 2] = np.repeat(e, e.size)
+    b.reshape(-1)[:e.size ** 2] = np.tile(e, e.size)
+    return [a, b]
+
+
+DIMS = (3, 5, 17)
+
+
+def elementwise_cases():
+    """name -> (HLO module builder, rng -> arguments)."""
+    cases = {}
+
+    def add(name, build, dtypes, positive=False):
+        cases[name] = (build, lambda rng: edge_pairs(dtypes[0], rng, positive)
+                       if len(dtypes) == 2 and dtypes[0] != "pred"
+                       else [values(d, DIMS, rng, positive) for d in dtypes])
+    for dtype in ("f32", "f64"):
+        for opcode in FLOAT_UNARY + FLOAT_BINARY:
+            arity = 2 if opcode in FLOAT_BINARY else 1
+            out = "pred" if opcode == "is-finite" else None
+            add(f"{opcode}-{dtype}",
+                lambda o=opcode, d=dtype, a=arity, out=out: elementwise_module(o, d, DIMS, a, out),
+                [dtype] * arity, opcode in ("log", "sqrt", "rsqrt", "power", "log-plus-one"))
+    for dtype in INTS:
+        for opcode in INT_UNARY + INT_BINARY:
+            arity = 2 if opcode in INT_BINARY else 1
+            add(f"{opcode}-{dtype}",
+                lambda o=opcode, d=dtype, a=arity: elementwise_module(o, d, DIMS, a),
+                [dtype] * arity)
+    for dtype in ("f32", "f64", "s8", "s32", "u32", "u64", "pred"):
+        for direction in ("EQ", "NE", "LT", "LE", "GT", "GE"):
+            add(f"compare-{direction}-{dtype}",
+                lambda d=dtype, dr=direction: elementwise_module(
+                    "compare", d, DIMS, 2, "pred", f", direction={dr}"), [dtype] * 2)
+    types = ("f32", "f64", "s8", "u8", "s32", "s64", "u32", "u64", "pred")
+    for src in types:
+        for dst in types:
+            add(f"convert-{src}-{dst}",
+                lambda s=src, d=dst: elementwise_module("convert", s, DIMS, 1, d), [src])
+    for src, dst in (("f32", "s32"), ("u32", "f32"), ("f64", "u64"), ("s64", "f64")):
+        add(f"bitcast-{src}-{dst}",
+            lambda s=src, d=dst: elementwise_module("bitcast-convert", s, DIMS, 1, d), [src])
+    for dtype in ("f32", "s32", "u8"):
+        # No NaN bounds: clamp compares like the CPU backend, not like np.maximum.
+        cases[f"select-clamp-{dtype}"] = (lambda d=dtype: parse_module(f"""HloModule sel
+ENTRY %e (p: pred[4,5], a: {d}[4,5], b: {d}[4,5]) -> ({d}[4,5], {d}[4,5]) {{
+  %p = pred[4,5] parameter(0)
+  %a = {d}[4,5] parameter(1)
+  %b = {d}[4,5] parameter(2)
+  %s = {d}[4,5] select(pred[4,5] %p, {d}[4,5] %a, {d}[4,5] %b)
+  %c = {d}[4,5] clamp({d}[4,5] %b, {d}[4,5] %a, {d}[4,5] %s)
+  ROOT %t = ({d}[4,5], {d}[4,5]) tuple({d}[4,5] %s, {d}[4,5] %c)
+}}
+"""), lambda rng, d=dtype: [values("pred", (4, 5), rng),
+                             *(values(d, (4, 5), rng, special=False) for _ in range(2))])
+    return cases
+
+
+def rand(*dims, seed=0):
+    return np.random.default_rng(seed).standard_normal(dims).astype(np.float32)
+
+
+# Structured ops whose programs have no GEMM: only loop kernels run here.
+STRUCTURED = {
+    "reductions": (lambda x: (tf.reduce_sum(x, 0), tf.reduce_max(x, [1, 2]), tf.reduce_mean(x),
+                              tf.argmax(x, 1), tf.reduce_min(x, 2)), (rand(3, 4, 5),)),
+    "int_matmul": (lambda a, b: tf.matmul(a, b),
+                   (np.arange(12, dtype=np.int32).reshape(3, 4) - 5,
+                    np.arange(8, dtype=np.int32).reshape(4, 2))),
+    "batch_matmul": (lambda a, b: tf.matmul(a, b), (rand(2, 5, 7), rand(2, 7, 3, seed=1))),
+    "depthwise": (lambda x, w: tf.nn.depthwise_conv2d(x, w, [1, 2, 2, 1], "SAME"),
+                  (rand(2, 7, 6, 3), rand(3, 3, 3, 2, seed=1))),
+    "maxpool_grad": (lambda x: tf.gradients(tf.reduce_sum(
+        tf.nn.max_pool2d(x, 3, 2, "SAME") ** 2), x)[0], (rand(2, 7, 8, 2),)),
+    "avgpool_grad": (lambda x: tf.gradients(tf.reduce_sum(
+        tf.nn.avg_pool2d(x, 3, 2, "SAME") ** 2), x)[0], (rand(2, 7, 7, 2),)),
+    "softmax_xent": (lambda x, y: tf.nn.softmax_cross_entropy_with_logits(y, x),
+                     (rand(6, 10), np.eye(10, dtype=np.float32)[np.arange(6)])),
+    "indexing": (lambda x: (tf.transpose(x, [2, 0, 1])[:, ::-1, 1:4], tf.reverse(x, [1]),
+                            tf.pad(x, [[1, 0], [0, 2], [1, 1]]), tf.concat([x, 2 * x], 1),
+                            tf.tile(x, [1, 2, 1]), tf.cumsum(x, axis=1)), (rand(3, 4, 5),)),
+    "dynamic_slice": (lambda x, i: tf.slice(x, [i, 1], [2, 3]), (rand(5, 6), np.int32(2))),
+    "philox_u32": (lambda k, c: tf.raw_ops.StatelessRandomUniformFullIntV2(
+        shape=[5, 7], key=k, counter=c, alg=1, dtype=tf.uint32),
+        (np.array([12345], np.uint64), np.array([2**64 - 3, 5], np.uint64))),
+    "philox_u64": (lambda k, c: tf.raw_ops.StatelessRandomUniformFullIntV2(
+        shape=[3, 3], key=k, counter=c, alg=1, dtype=tf.uint64),
+        (np.array([99], np.uint64), np.array([7, 0], np.uint64))),
+}
+
+
+class Harness:
+    """Every numerics case's kernels in one g++-built library (one compiler run)."""
+
+    def __init__(self, tmp):
+        gxx = tool("g++")
+        rng = np.random.default_rng(0)
+        self.cases = {}
+        for name, (build, make_args) in elementwise_cases().items():
+            self.cases[name] = (build(), make_args(rng))
+        for name, (fn, args) in STRUCTURED.items():
+            self.cases[name] = (hlo_module(fn, *[tf.constant(a) for a in args]), list(args))
+        sources, self.programs = [PRELUDE], {}
+        for i, (name, (module, _)) in enumerate(self.cases.items()):
+            want = evaluate(module, self.cases[name][1])     # before the passes change it
+            program = program_of(module)
+            self.programs[name] = (program, f"case{i}", want)
+            sources += [src for _, src in render_program(program, f"case{i}")[1]]
+        (tmp / "cases.cpp").write_text("\n".join(sources))
+        (tmp / "harness.h").write_text(HARNESS)
+        done = subprocess.run([gxx, "-std=c++17", "-O1", "-shared", "-fPIC", "-include",
+                               str(tmp / "harness.h"), "-o", str(tmp / "cases.so"),
+                               str(tmp / "cases.cpp")], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-4000:]
+        self.lib = ctypes.CDLL(str(tmp / "cases.so"))
+        self.lib.kj_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong,
+                                       ctypes.c_uint, ctypes.c_uint]
+
+    def run(self, name):
+        """(outputs from the compiled kernels, outputs from the evaluator)."""
+        program, prefix, want = self.programs[name]
+        args = self.cases[name][1]
+        arrays = []
+        for buf in program.buffers:
+            if buf.role == "constant":
+                a = np.array(buf.data, DTYPES[buf.dtype])
+            else:   # garbage where nothing was written yet
+                a = np.frombuffer(np.full(buf.nbytes, 0xA5, np.uint8).tobytes(),
+                                  DTYPES[buf.dtype]).copy()
+            arrays.append(a.reshape(buf.dims))
+        for bid, arg in zip(program.params, args):
+            arrays[bid] = np.array(arg, DTYPES[program.buffers[bid].dtype]).reshape(
+                program.buffers[bid].dims)
+        table = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+
+        def execute(plan, chunk):
+            for entry in plan:
+                if "chunks" in entry:
+                    for c in range(entry["chunks"]):
+                        execute(entry["steps"], c)
+                else:
+                    assert "gemm" not in entry, "a GEMM cannot run in the host harness"
+                    self.lib.kj_launch(ctypes.cast(self.lib[entry["kernel"]], ctypes.c_void_p),
+                                       table, chunk, *GRID)
+        execute(launch_plan(program, prefix), 0)
+        want = list(want) if isinstance(want, tuple) else [want]
+        return [arrays[bid] for bid in program.outputs], want
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    return Harness(tmp_path_factory.mktemp("harness"))
+
+
+def test_numerics_cases_are_loop_kernels_only(harness):
+    for name, (program, _, _) in harness.programs.items():
+        assert all(isinstance(s, LoopKernel) for s in all_steps(program.steps)), name
+
+
+@pytest.mark.parametrize("name", [*elementwise_cases(), *STRUCTURED])
+def test_kernels_match_evaluator(harness, name):
+    got, want = harness.run(name)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, equal_nan=True)
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("name", ["philox_u32", "philox_u64"])
+def test_philox_bits_match_tensorflow_exactly(harness, name):
+    fn, args = STRUCTURED[name]
+    got, _ = harness.run(name)
+    np.testing.assert_array_equal(got[0], fn(*[tf.constant(a) for a in args]).numpy())
