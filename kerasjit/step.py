@@ -17,6 +17,15 @@ from .frontend.plan import build_program
 from .runtime.state import VariableState
 
 
+def _structure_key(obj):
+    """A hashable description of a nest's shape (per-step: tf.nest.map_structure is slow)."""
+    if isinstance(obj, (tuple, list)):
+        return (type(obj).__name__, *map(_structure_key, obj))
+    if isinstance(obj, dict):
+        return ("dict", *((k, _structure_key(v)) for k, v in sorted(obj.items())))
+    return obj is None
+
+
 def _signature(flat):
     return tuple((tuple(a.shape), np.dtype(a.dtype).str) if a is not None else None
                  for a in flat)
@@ -53,8 +62,7 @@ class CompiledStep:
 
     def program_for(self, *args):
         flat = [None if a is None else np.asarray(a) for a in tf.nest.flatten(list(args))]
-        key = (tf.nest.map_structure(lambda _: 0, list(args)), _signature(flat))
-        key = (str(key[0]), key[1])
+        key = (_structure_key(args), _signature(flat))
         if key not in self.programs:
             shapes = [a.shape for a in flat if a is not None]
             what = f"{self.name}: tracing and compiling for inputs {shapes}"

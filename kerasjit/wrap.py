@@ -54,10 +54,6 @@ def _check_model(model):
                          "loss=...) before kerasjit.wrap")
 
 
-def _to_numpy(structure):
-    return tf.nest.map_structure(lambda t: None if t is None else np.asarray(t), structure)
-
-
 def _steps(model, step):
     """A Keras train/test function: up to steps_per_execution steps per call."""
     def function(iterator):
@@ -69,7 +65,7 @@ def _steps(model, step):
                 if logs is None:
                     raise StopIteration from None
                 break
-            logs = step(_to_numpy(data))
+            logs = step(data)
         return logs
     return function
 
@@ -158,7 +154,7 @@ def wrap(model, backend="auto", max_shapes=8):
     def make_predict_function(force=False):
         if model.predict_function is None or force:
             def predict_function(batches):
-                outputs = [state.predict(_to_numpy(b)) for b in batches]
+                outputs = [state.predict(b) for b in batches]
                 return tf.nest.map_structure(lambda *o: tf.constant(np.concatenate(o)),
                                              *outputs)
             model.predict_function = predict_function
