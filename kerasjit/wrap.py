@@ -130,6 +130,14 @@ def _flushing_fit(fit, state):
     return call
 
 
+# Methods that read or reset variables: the store is flushed around them.
+_FLUSHING = ("evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch",
+             "get_metrics_result")
+# Every instance attribute wrap sets; re-wrapping restores Keras's own first.
+_WRAPPED_METHODS = ("fit", *_FLUSHING, "make_train_function", "make_test_function",
+                    "make_predict_function")
+
+
 def wrap(model, backend="auto", max_shapes=8):
     """Make `model` train, evaluate and predict through kerasjit; returns the model.
 
@@ -139,7 +147,13 @@ def wrap(model, backend="auto", max_shapes=8):
     Bad input raises before the model is changed.
     """
     _check_model(model)
+    previous = getattr(model, "_kerasjit", None)
+    if previous is not None:          # re-wrapping (e.g. another backend): start from Keras's own
+        previous.store.flush()
+        for name, method in previous.originals.items():
+            setattr(model, name, method)
     state = JitState(model, get_backend(backend), max_shapes)
+    state.originals = {name: getattr(model, name) for name in _WRAPPED_METHODS}
 
     def make_train_function(force=False):
         if model.train_function is None or force:
@@ -164,8 +178,7 @@ def wrap(model, backend="auto", max_shapes=8):
     # Flush before Keras's own code runs: evaluate resets metric variables first thing,
     # and fit reads the metric variables for the epoch's logs before any callback runs.
     model.fit = _flushing_fit(model.fit, state)
-    for name in ("evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch",
-                 "get_metrics_result"):
+    for name in _FLUSHING:
         setattr(model, name, _flushing(getattr(model, name), state.store))
     model.make_train_function = make_train_function
     model.make_test_function = make_test_function

@@ -126,3 +126,14 @@ def test_a_verbose_fit_announces_compiles_and_a_quiet_one_does_not(capsys):
     kerasjit.wrap(small_model(), backend="cpu").fit(x, y.argmax(1), epochs=1, verbose=2)
     out = capsys.readouterr().out
     assert "kerasjit: train_step: tracing and compiling for inputs [(32, 6), (32,)]" in out
+
+
+def test_wrapping_again_switches_backend_without_stacking_wrappers():
+    x, y = workloads.classification_data(32, (6,), 2)
+    model = kerasjit.wrap(small_model(), backend="reference")
+    model.fit(x, y.argmax(1), epochs=1, verbose=0)
+    fit_after_first = model.fit
+    model = kerasjit.wrap(model, backend="cpu")
+    assert model._kerasjit.backend.name == "cpu"
+    assert model.fit.__wrapped__ is fit_after_first.__wrapped__     # Keras's own fit, once
+    model.fit(x, y.argmax(1), epochs=1, verbose=0)
