@@ -135,5 +135,5 @@ def test_wrapping_again_switches_backend_without_stacking_wrappers():
     fit_after_first = model.fit
     model = kerasjit.wrap(model, backend="cpu")
     assert model._kerasjit.backend.name == "cpu"
-    assert model.fit.__wrapped__ is fit_after_first.__wrapped__     # Keras's own fit, once
+    assert model.fit.__wrapped__ == fit_after_first.__wrapped__     # Keras's own fit, once
     model.fit(x, y.argmax(1), epochs=1, verbose=0)
