@@ -137,3 +137,40 @@ def test_wrapping_again_switches_backend_without_stacking_wrappers():
     assert model._kerasjit.backend.name == "cpu"
     assert model.fit.__wrapped__ == fit_after_first.__wrapped__     # Keras's own fit, once
     model.fit(x, y.argmax(1), epochs=1, verbose=0)
+
+
+def fit_twice(x, y, batch, mode):
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, activation="relu"),
+                              keras.layers.Dense(2, activation="softmax")])
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"], jit_compile=(mode == "xla"))
+    if mode == "cpu":
+        model = kerasjit.wrap(model, backend="cpu")
+    history = model.fit(x, y, batch_size=batch, epochs=2, shuffle=False, verbose=0)
+    return history.history, model.get_weights()
+
+
+def assert_same_outcome(a, b):
+    (a_h, a_w), (b_h, b_w) = a, b
+    for key in a_h:
+        np.testing.assert_allclose(b_h[key], a_h[key], rtol=1e-5, equal_nan=True)
+    for p, q in zip(a_w, b_w):
+        np.testing.assert_allclose(q, p, atol=1e-6, equal_nan=True)
+
+
+def test_a_batch_size_larger_than_the_data_trains_like_keras():
+    x, y = workloads.classification_data(20, (6,), 2)
+    assert_same_outcome(fit_twice(x, y.argmax(1), 64, "plain"),
+                        fit_twice(x, y.argmax(1), 64, "cpu"))
+
+
+def test_nan_inputs_follow_hlo_semantics_without_crashing():
+    # NaN goes through compiled code as XLA's HLO defines it (NaN-propagating
+    # maximum/reductions), so the outcome is Keras+XLA's: TensorFlow's own CPU
+    # kernels drop NaN in places (its cross-entropy returns a finite loss).
+    x, y = workloads.classification_data(20, (6,), 2)
+    x[3, 2] = np.nan
+    ours = fit_twice(x, y.argmax(1), 8, "cpu")
+    assert np.isnan(ours[0]["loss"]).all()
+    assert_same_outcome(fit_twice(x, y.argmax(1), 8, "xla"), ours)
