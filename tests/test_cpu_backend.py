@@ -20,15 +20,9 @@ from kerasjit.hlo.opcodes import ELEMENTWISE, OPCODES
 from kerasjit.hlo.shape import DTYPES
 from kerasjit.kernels.lower import Unsupported
 
-FLOAT_UNARY = ["abs", "negate", "exponential", "exponential-minus-one", "log", "log-plus-one",
-               "sqrt", "rsqrt", "cbrt", "tanh", "logistic", "sine", "cosine", "tan", "floor",
-               "ceil", "round-nearest-afz", "round-nearest-even", "sign", "is-finite", "erf",
-               "copy"]
-FLOAT_BINARY = ["add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum",
-                "power", "atan2"]
-INT_UNARY = ["abs", "negate", "sign", "not", "popcnt", "count-leading-zeros", "copy"]
-INT_BINARY = ["add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "and",
-              "or", "xor", "shift-left", "shift-right-logical", "shift-right-arithmetic"]
+from elementwise_cases import (FLOAT_BINARY, FLOAT_UNARY, INT_BINARY, INT_UNARY,
+                               elementwise_module)
+
 # Opcodes this backend leaves to TensorFlow (complex numbers, precision emulation).
 NOT_COMPILED = {"real", "imag", "complex", "reduce-precision"}
 
@@ -44,19 +38,6 @@ def check(module, args, rtol=1e-5, atol=1e-6):
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
         else:
             np.testing.assert_array_equal(g, w)
-
-
-def elementwise_module(opcode, dtype, dims, arity, out_dtype=None, attrs=""):
-    shape = f"{dtype}[{','.join(map(str, dims))}]"
-    out = f"{out_dtype or dtype}[{','.join(map(str, dims))}]"
-    params = "\n".join(f"  %p{i} = {shape} parameter({i})" for i in range(arity))
-    operands = ", ".join(f"{shape} %p{i}" for i in range(arity))
-    return parse_module(f"""HloModule {opcode.replace('-', '_')}
-ENTRY %e ({', '.join(f'p{i}: {shape}' for i in range(arity))}) -> {out} {{
-{params}
-  ROOT %r = {out} {opcode}({operands}){attrs}
-}}
-""")
 
 
 def values(dtype, dims, rng, positive=False):

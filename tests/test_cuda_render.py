@@ -29,15 +29,9 @@ from kerasjit.kernels.ir import ChunkIndex, ChunkLoop, GemmCall, LoopKernel, Red
 from kerasjit.kernels.lower import lower
 from kerasjit.passes import optimize
 
-FLOAT_UNARY = ["abs", "negate", "exponential", "exponential-minus-one", "log", "log-plus-one",
-               "sqrt", "rsqrt", "cbrt", "tanh", "logistic", "sine", "cosine", "tan", "floor",
-               "ceil", "round-nearest-afz", "round-nearest-even", "sign", "is-finite", "erf",
-               "copy"]
-FLOAT_BINARY = ["add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum",
-                "power", "atan2"]
-INT_UNARY = ["abs", "negate", "sign", "not", "popcnt", "count-leading-zeros", "copy"]
-INT_BINARY = ["add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "and",
-              "or", "xor", "shift-left", "shift-right-logical", "shift-right-arithmetic"]
+from elementwise_cases import (FLOAT_BINARY, FLOAT_UNARY, INT_BINARY, INT_UNARY,
+                               elementwise_module)
+
 INTS = ["s8", "u8", "s16", "u16", "s32", "u32", "s64", "u64"]
 
 # The CUDA names the kernels use, for a host C++ compiler. Launching is two
@@ -151,19 +145,6 @@ def test_launch_plan_lists_every_step():
 
 
 # ------------------------------------------------------------------ numerics
-def elementwise_module(opcode, dtype, dims, arity, out_dtype=None, attrs=""):
-    shape = f"{dtype}[{','.join(map(str, dims))}]"
-    out = f"{out_dtype or dtype}[{','.join(map(str, dims))}]"
-    params = "\n".join(f"  %p{i} = {shape} parameter({i})" for i in range(arity))
-    operands = ", ".join(f"{shape} %p{i}" for i in range(arity))
-    return parse_module(f"""HloModule m
-ENTRY %e ({', '.join(f'p{i}: {shape}' for i in range(arity))}) -> {out} {{
-{params}
-  ROOT %r = {out} {opcode}({operands}){attrs}
-}}
-""")
-
-
 def edges(dtype):
     """The values where XLA and C disagree: NaN, infinities, INT_MIN, -1, shift widths."""
     np_type = DTYPES[dtype]
