@@ -4,7 +4,8 @@
 """
 import importlib
 
-from .explain import explain, jit
+from .explain import explain
+from .step import jit
 from .wrap import wrap
 
 __version__ = "0.1.0"

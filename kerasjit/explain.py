@@ -82,12 +82,3 @@ def explain(model_or_fn, *example_inputs, backend="auto"):
         CompiledStep(model_or_fn, backend)
     (program, _, _), _ = step.program_for(*example_inputs)
     return Explanation(step.name, program)
-
-
-def jit(fn, backend="auto", max_shapes=8):
-    """Compile a TensorFlow function of tensors (the seed's `xla.compile`).
-
-    Returns a callable taking arrays/tensors and returning numpy results;
-    variables it captures are read and updated as TensorFlow would.
-    """
-    return CompiledStep(fn, backend, max_shapes=max_shapes)

@@ -81,3 +81,12 @@ class CompiledStep:
         outputs, new_state = program.run(tensors, state.read())
         state.write(new_state)
         return tf.nest.pack_sequence_as(out_structure, outputs)
+
+
+def jit(fn, backend="auto", max_shapes=8):
+    """Compile a TensorFlow function of tensors (the seed's `xla.compile`).
+
+    Returns a callable taking arrays/tensors and returning numpy results;
+    variables it captures are read and updated as TensorFlow would.
+    """
+    return CompiledStep(fn, backend, max_shapes=max_shapes)

@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.compiler.xla import xla_data_pb2
 from tensorflow.compiler.xla.service import hlo_pb2
 from tensorflow.core.framework import graph_pb2
 
@@ -77,7 +78,6 @@ def literals_from_proto(serialized):
 
 
 def _literal_values(literal):
-    from tensorflow.compiler.xla import xla_data_pb2
     type_name = xla_data_pb2.PrimitiveType.Name(literal.shape.element_type).lower()
     dtype = DTYPES.get(type_name)
     dims = tuple(literal.shape.dimensions)

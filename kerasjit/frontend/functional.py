@@ -36,8 +36,15 @@ class FunctionalGraph:
     specs: dict = field(default_factory=dict)   # tensor name -> tf.TensorSpec (as traced)
 
 
-def _tensor(name):
+def tensor_name(name):
+    """A GraphDef input ('x', 'x:1', '^x') as a tensor name ('x:0', 'x:1')."""
+    name = name.lstrip("^")
     return name if ":" in name else name + ":0"
+
+
+def node_name(tensor):
+    """The node producing a tensor (or named by a control input)."""
+    return tensor.lstrip("^").split(":")[0]
 
 
 def _placeholder(name, dtype, shape):
@@ -76,17 +83,17 @@ def functionalize(concrete_fn):
     state_inputs = [f"kerasjit_state_{i}" for i in range(len(variables))]
     current = {}                      # resource node name -> tensor holding its value
     for internal, var in internal_to_var.items():
-        current[internal] = _tensor(state_inputs[var_index[id(var)]])
+        current[internal] = tensor_name(state_inputs[var_index[id(var)]])
     renamed = {}                      # removed tensor -> replacement tensor
     removed = set()
     nodes = [_placeholder(n, v.dtype, v.shape) for n, v in zip(state_inputs, variables)]
-    specs.update((_tensor(n), tf.TensorSpec(v.shape, v.dtype))
+    specs.update((tensor_name(n), tf.TensorSpec(v.shape, v.dtype))
                  for n, v in zip(state_inputs, variables))
 
     def resolve(name):
         if name.startswith("^"):
             return None if name[1:] in removed else name
-        return renamed.get(_tensor(name), name)
+        return renamed.get(tensor_name(name), name)
 
     for node in graph_def.node:
         if node.name in constants:
@@ -95,15 +102,15 @@ def functionalize(concrete_fn):
         if node.name in internal_to_var:
             removed.add(node.name)
             continue
-        resource_inputs = [i for i in node.input if i.split(":")[0] in current]
+        resource_inputs = [i for i in node.input if node_name(i) in current]
         if node.op == "Identity" and resource_inputs:
-            current[node.name] = current[resource_inputs[0].split(":")[0]]
+            current[node.name] = current[node_name(resource_inputs[0])]
             removed.add(node.name)
             continue
         if resource_inputs:
-            handle = resource_inputs[0].split(":")[0]
+            handle = node_name(resource_inputs[0])
             if node.op == "ReadVariableOp":
-                renamed[_tensor(node.name)] = current[handle]
+                renamed[tensor_name(node.name)] = current[handle]
             elif node.op == "AssignVariableOp":
                 current[handle] = resolve(node.input[1])
             elif node.op in _UPDATE_OPS:
@@ -111,8 +118,8 @@ def functionalize(concrete_fn):
                 update.input.extend([current[handle], resolve(node.input[1])])
                 update.attr["T"].CopyFrom(node.attr["dtype"])
                 nodes.append(update)
-                current[handle] = _tensor(update.name)
-                specs[current[handle]] = specs[_tensor(node.input[1])]
+                current[handle] = tensor_name(update.name)
+                specs[current[handle]] = specs[tensor_name(node.input[1])]
             elif node.op not in _INERT_RESOURCE_OPS:
                 raise UnsupportedGraph(f"op {node.op} ('{node.name}') uses a variable in a "
                                        "way kerasjit cannot turn into dataflow")
@@ -129,25 +136,25 @@ def functionalize(concrete_fn):
     state_outputs = {}
     for internal, var in internal_to_var.items():
         i = var_index[id(var)]
-        if _tensor(current[internal]) != _tensor(state_inputs[i]):
-            state_outputs[i] = _tensor(current[internal])
-    outputs = [_tensor(resolve(t.name)) for t in concrete_fn.outputs]
+        if tensor_name(current[internal]) != tensor_name(state_inputs[i]):
+            state_outputs[i] = tensor_name(current[internal])
+    outputs = [tensor_name(resolve(t.name)) for t in concrete_fn.outputs]
     inputs = [t.name for t in graph.inputs[:len(graph.inputs) - len(graph.captures)]]
     fg = FunctionalGraph(nodes, graph_def.library, inputs, variables,
-                         [_tensor(n) for n in state_inputs], outputs, state_outputs, specs)
+                         [tensor_name(n) for n in state_inputs], outputs, state_outputs, specs)
     return rewrite_for_tf_parity(_prune(fg))
 
 
 def _prune(fg):
     """Drop nodes no output depends on (reads left dangling, NoOps, asserts)."""
     by_name = {n.name: n for n in fg.nodes}
-    live, stack = set(), [t.split(":")[0] for t in fg.outputs + list(fg.state_outputs.values())]
-    stack += [t.split(":")[0] for t in fg.inputs + fg.state_inputs]
+    live, stack = set(), [node_name(t) for t in fg.outputs + list(fg.state_outputs.values())]
+    stack += [node_name(t) for t in fg.inputs + fg.state_inputs]
     while stack:
         name = stack.pop()
         if name in live or name not in by_name:
             continue
         live.add(name)
-        stack.extend(i.lstrip("^").split(":")[0] for i in by_name[name].input)
+        stack.extend(node_name(i) for i in by_name[name].input)
     fg.nodes = [n for n in fg.nodes if n.name in live]
     return fg

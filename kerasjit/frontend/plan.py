@@ -12,13 +12,10 @@ import tensorflow as tf
 
 from ..runtime.program import ClusterRun, Program, Specializer
 from . import bridge
+from .functional import node_name, tensor_name
 from .partition import Node, partition
 
 _SOURCE_OPS = {"Placeholder", "Const"}
-
-
-def _node_name(tensor):
-    return tensor.lstrip("^").split(":")[0]
 
 
 class Planner:
@@ -35,7 +32,7 @@ class Planner:
         for n in self.fg.nodes:
             if n.name in self.sources:
                 continue
-            deps = [_node_name(i) for i in n.input]
+            deps = [node_name(i) for i in n.input]
             reason = self.rejected.get(n.name) or bridge.static_reason(n)
             nodes.append(Node(n.name,
                               tuple(d for d, i in zip(deps, n.input)
@@ -46,31 +43,29 @@ class Planner:
         return partition(nodes)
 
     def _boundary(self, members):
-        """Input and output tensors of a set of nodes (constants are copied in)."""
-        inputs, consumed = [], set()
+        """Input and output tensors of a cluster's nodes (constants are copied in)."""
+        position = {name: i for i, name in enumerate(members)}
+        inputs = []
         for name in members:
             for t in self.by_name[name].input:
                 if t.startswith("^"):
                     continue
-                t = t if ":" in t else t + ":0"
-                producer = _node_name(t)
-                if producer not in members and producer not in self.consts:
-                    if t not in inputs:
-                        inputs.append(t)
+                t, producer = tensor_name(t), node_name(t)
+                if producer not in position and producer not in self.consts and t not in inputs:
+                    inputs.append(t)
         needed = set(self.fg.outputs) | set(self.fg.state_outputs.values())
-        for n in self.fg.nodes:
-            if n.name not in members:
-                consumed.update(t if ":" in t else t + ":0" for t in n.input if not t.startswith("^"))
-        outputs = sorted({t for t in consumed | needed if _node_name(t) in members},
-                         key=lambda t: (list(members).index(_node_name(t)), t))
+        consumed = {tensor_name(t) for n in self.fg.nodes if n.name not in position
+                    for t in n.input if not t.startswith("^")}
+        outputs = sorted({t for t in consumed | needed if node_name(t) in position},
+                         key=lambda t: (position[node_name(t)], t))
         return inputs, outputs
 
     def _nodes_for(self, members):
         """The cluster's nodes plus every constant they read (so shapes stay constant)."""
         wanted = set(members)
         for name in members:
-            wanted.update(_node_name(i) for i in self.by_name[name].input
-                          if _node_name(i) in self.consts)
+            wanted.update(node_name(i) for i in self.by_name[name].input
+                          if node_name(i) in self.consts)
         nodes = []
         for n in self.fg.nodes:
             if n.name in wanted:       # control edges from other clusters: the order keeps them
@@ -144,7 +139,7 @@ def build_program(fg, backend, cap=8, events=None):
     clusters = planner.plan()
     constants = {}
     for t in fg.outputs + list(fg.state_outputs.values()):
-        node = planner.by_name.get(_node_name(t))
+        node = planner.by_name.get(node_name(t))
         if node is not None and node.op == "Const":
             constants[t] = tf.make_ndarray(node.attr["value"].tensor)
     return Program(clusters, fg.inputs, fg.state_inputs, fg.outputs, fg.state_outputs,

@@ -78,10 +78,10 @@ class _Lowering:
             for op in inst.operands:
                 if op.opcode not in ("parameter", "constant", "tuple"):
                     self.decisions.append((op.name, inst.name, materialized[op] or "fused"))
-        params = [self._buffer(p, "param") for p in self.comp.parameters]
+        params = [self.buffer_for(p, "param") for p in self.comp.parameters]
         for inst in self.order:
             if inst.opcode == "constant" and materialized[inst]:
-                self._buffer(inst, "constant", inst.literal)
+                self.buffer_for(inst, "constant", inst.literal)
         for inst in outputs:
             materialized[inst] = materialized[inst] or "output"
         for inst in self.order:
@@ -97,7 +97,7 @@ class _Lowering:
                                             self.decisions))
 
     # ------------------------------------------------------------------ kernels
-    def _buffer(self, inst, role, data=None):
+    def buffer_for(self, inst, role, data=None):
         buf = Buffer(len(self.buffers), inst.shape.dtype, inst.shape.dims, role, data, inst.name)
         self.buffers.append(buf)
         self.buffer_of[inst] = buf.id
@@ -123,15 +123,12 @@ class _Lowering:
         self.buffers.append(buf)
         return buf.id
 
-    def buffer_for(self, inst, role):
-        return self._buffer(inst, role)
-
     def _emit(self, inst, role):
         if inst.opcode == "convolution" and conv_as_gemm(self, inst, role):
             return
         gemm = self._gemm(inst)
         if gemm is not None:
-            bid = self._buffer(inst, role)
+            bid = self.buffer_for(inst, role)
             gemm.out = bid
             self.steps.append(gemm)
             return
@@ -142,7 +139,7 @@ class _Lowering:
                 and not self._is_reduction(inst) and not last.reduction:
             try:                      # multi-output: join the previous loop
                 value = self._kernel_expr(inst)
-                bid = self._buffer(inst, role)
+                bid = self.buffer_for(inst, role)
                 last.stores.append((bid, value))
                 last.fused.append(inst.name)
                 self.kernel_values[inst] = value
@@ -151,7 +148,7 @@ class _Lowering:
                 pass
         self.kernel_values = {}
         value = self._kernel_expr(inst)
-        bid = self._buffer(inst, role)
+        bid = self.buffer_for(inst, role)
         self.kernel_values[inst] = value
         self.steps.append(LoopKernel(f"k{len(self.steps)}_{inst.opcode}",
                                      inst.shape.dims, [(bid, value)], [inst.name],
