@@ -5,8 +5,10 @@ expects. A corrupt or stale entry (unreadable, wrong key, checksum mismatch)
 is ignored and rebuilt. KERASJIT_CACHE_DIR moves the cache; an empty value
 turns it off.
 """
+import functools
 import hashlib
 import os
+import pathlib
 import pickle
 import re
 import tempfile
@@ -33,8 +35,20 @@ def fingerprint(module):
     return text
 
 
+@functools.cache
+def compiler_fingerprint():
+    """A hash of kerasjit's own source: a changed compiler (even at the same
+    version, e.g. an editable install) never reuses code an older one built."""
+    digest = hashlib.sha256()
+    root = pathlib.Path(__file__).resolve().parents[2]
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
 def cache_key(module, host, version):
-    text = f"{FORMAT}\n{version}\nllvmlite {llvmlite.__version__}\n{host}\n{fingerprint(module)}"
+    text = (f"{FORMAT}\n{version} {compiler_fingerprint()}\nllvmlite {llvmlite.__version__}\n"
+            f"{host}\n{fingerprint(module)}")
     return hashlib.sha256(text.encode()).hexdigest()
 
 

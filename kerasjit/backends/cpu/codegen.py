@@ -34,19 +34,27 @@ def counted_loop(b, fn, extent, body):
     b.position_at_end(done)
 
 
+def kernel_buffers(kernel):
+    """Ids of the buffers a loop kernel touches, in the order it takes them."""
+    loaded = {n.buffer for _, expr in kernel.stores for n in walk(expr) if isinstance(n, Load)}
+    return sorted({bid for bid, _ in kernel.stores} | loaded)
+
+
 class _KernelBuilder:
+    """One loop kernel: `void k(ptr noalias buffer..., i64 chunk)`.
+
+    The buffers come as noalias arguments (distinct buffers never overlap:
+    storage.py gives a kernel's inputs and outputs different memory), which
+    is what lets LLVM vectorise without run-time overlap checks and hoist
+    loop-invariant work such as a scalar's pow out of the loops.
+    """
+
     def __init__(self, module, ops, program, kernel, fn):
         self.module, self.ops, self.program, self.kernel = module, ops, program, kernel
         self.fn = fn
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
-        table = fn.args[0]
-        used = sorted({bid for bid, _ in kernel.stores} | self._loaded(kernel))
-        self.pointers = {bid: _buffer_pointer(self.b, table, bid) for bid in used}
+        self.pointers = dict(zip(kernel_buffers(kernel), fn.args))
         self.alloca_block = self.b.block
-
-    @staticmethod
-    def _loaded(kernel):
-        return {n.buffer for _, expr in kernel.stores for n in walk(expr) if isinstance(n, Load)}
 
     # ----------------------------------------------------------------- loops
     def loop(self, extent, body):
@@ -146,7 +154,7 @@ class _KernelBuilder:
         if isinstance(node, Index):
             return env["index"][node.dim]
         if isinstance(node, ChunkIndex):
-            return self.fn.args[1]
+            return self.fn.args[-1]
         if isinstance(node, ReduceVar):
             return env["reduce"][(node.owner, node.dim)]
         if isinstance(node, Var):
@@ -233,7 +241,6 @@ def render_program(program, name="cluster"):
     and the (name, LLVM IR) of each kernel function for explain()."""
     module = ir.Module(name=name)
     ops = OpEmitter(module)
-    kernel_type = ir.FunctionType(ir.VoidType(), [PTR, I64])   # buffers, chunk
     entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), f"{name}_entry")
     eb = ir.IRBuilder(entry.append_basic_block("entry"))
     table = entry.args[0]
@@ -246,10 +253,14 @@ def render_program(program, name="cluster"):
             elif isinstance(step, GemmCall):
                 _gemm(eb, sgemm, step, table, chunk)
             else:
-                fn = ir.Function(module, kernel_type, f"{name}_k{len(module.functions)}")
+                buffers = kernel_buffers(step)
+                fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * len(buffers) + [I64]),
+                                 f"{name}_k{len(module.functions)}")
                 fn.linkage = "internal"
+                for arg in fn.args[:-1]:
+                    arg.add_attribute("noalias")
                 _KernelBuilder(module, ops, program, step, fn).build()
-                eb.call(fn, [table, chunk])
+                eb.call(fn, [_buffer_pointer(eb, table, bid) for bid in buffers] + [chunk])
     emit(program.steps, ir.Constant(I64, 0))
     eb.ret_void()
     kernels = [(f.name, str(f)) for f in module.functions if not f.is_declaration]
