@@ -60,9 +60,11 @@ class CompiledStep:
         return (program, VariableState(fg.variables, fg.state_outputs, self.store),
                 out_structure[0])
 
-    def program_for(self, *args):
+    def _key(self, args):
         flat = [None if a is None else np.asarray(a) for a in tf.nest.flatten(list(args))]
-        key = (_structure_key(args), _signature(flat))
+        return (_structure_key(args), _signature(flat)), flat
+
+    def _program(self, key, flat, args):
         if key not in self.programs:
             shapes = [a.shape for a in flat if a is not None]
             what = f"{self.name}: tracing and compiling for inputs {shapes}"
@@ -74,12 +76,58 @@ class CompiledStep:
             self.events.append((start, seconds, what))
             if self.verbose():
                 print(f" {seconds:.1f} s", flush=True)
-        return self.programs[key], [a for a in flat if a is not None]
+        return self.programs[key]
+
+    def program_for(self, *args):
+        key, flat = self._key(args)
+        return self._program(key, flat, args), [a for a in flat if a is not None]
 
     def __call__(self, *args):
         (program, state, out_structure), tensors = self.program_for(*args)
         outputs, new_state = program.run(tensors, state.read())
         state.write(new_state)
+        return tf.nest.pack_sequence_as(out_structure, outputs)
+
+    def run_many(self, batches, keep_all=False):
+        """One step per element of `batches` (each a tuple of step arguments).
+
+        Consecutive batches of one signature run as one native call where the
+        program allows (a single compiled cluster), else step by step. Returns
+        the outputs of the last step, or with keep_all every step's outputs
+        concatenated along their first axis.
+        """
+        groups = []               # [key, flats, first args]
+        for args in batches:
+            key, flat = self._key(args)
+            if groups and groups[-1][0] == key:
+                groups[-1][1].append(flat)
+            else:
+                groups.append([key, [flat], args])
+        results = [self._run_group(key, flats, args, keep_all) for key, flats, args in groups]
+        if not keep_all:
+            return results[-1]
+        return tf.nest.map_structure(lambda *o: np.concatenate(o), *results) \
+            if len(results) > 1 else results[0]
+
+    def _run_group(self, key, flats, args, keep_all):
+        program, state, out_structure = self._program(key, flats[0], args)
+        steps = [[a for a in flat if a is not None] for flat in flats]
+        ran = None
+        if len(steps) > 1:
+            ran = program.run_steps([np.stack(column) for column in zip(*steps)], state.read(),
+                                    keep_all)
+        if ran is not None:
+            outputs, new_state = ran
+            if keep_all:
+                outputs = [o.reshape((-1, *o.shape[2:])) for o in outputs]
+            state.write(new_state)
+        else:
+            per_step = []
+            for tensors in steps:
+                outputs, new_state = program.run(tensors, state.read())
+                state.write(new_state)
+                per_step.append(outputs)
+            outputs = [np.concatenate(o) for o in zip(*per_step)] if keep_all else per_step[-1]
         return tf.nest.pack_sequence_as(out_structure, outputs)
 
 

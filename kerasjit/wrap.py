@@ -11,10 +11,10 @@ The model object itself is returned, switched to compiled steps, the way
 import functools
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from .backends import get_backend
+from .runtime.feed import feeding
 from .runtime.state import ResidentStore
 from .step import CompiledStep
 
@@ -55,18 +55,18 @@ def _check_model(model):
 
 
 def _steps(model, step):
-    """A Keras train/test function: up to steps_per_execution steps per call."""
+    """A Keras train/test function: up to steps_per_execution steps per call,
+    run together (one native call where the step compiles to one cluster)."""
     def function(iterator):
-        logs = None
+        batches = []
         for _ in range(model.steps_per_execution):
             try:
-                data = next(iterator)
+                batches.append((next(iterator),))
             except (StopIteration, tf.errors.OutOfRangeError):
-                if logs is None:
-                    raise StopIteration from None
                 break
-            logs = step(data)
-        return logs
+        if not batches:
+            raise StopIteration
+        return step.run_many(batches)
     return function
 
 
@@ -101,28 +101,30 @@ class _Flush(keras.callbacks.Callback):
         self.store.flush()
 
 
-def _flushing(method, store):
-    """`method`, leaving the Keras variables current however it returns."""
+def _entry(method, model, store):
+    """A Keras entry point (fit, evaluate, ...) of a wrapped model: array inputs
+    fed as numpy batches, and the Keras variables current however it returns."""
     @functools.wraps(method)
     def call(*args, **kwargs):
         if tf.inside_function():      # being traced (train_step calls get_metrics_result):
             return method(*args, **kwargs)    # an assign here would join the graph
         store.flush()
         try:
-            return method(*args, **kwargs)
+            with feeding(model):
+                return method(*args, **kwargs)
         finally:              # also on an exception or KeyboardInterrupt mid-epoch:
             store.flush()     # the variables then hold the last completed step
     return call
 
 
-def _flushing_fit(fit, state):
+def _fit_entry(fit, model, state):
     @functools.wraps(fit)
     def call(*args, callbacks=None, verbose="auto", **kwargs):
         callbacks = list(callbacks or [])
         every_batch = any(_observes_batches(c) for c in callbacks)
         state.verbose = verbose != 0
         try:
-            return _flushing(fit, state.store)(
+            return _entry(fit, model, state.store)(
                 *args, callbacks=[_Flush(state.store, every_batch), *callbacks],
                 verbose=verbose, **kwargs)
         finally:
@@ -130,11 +132,11 @@ def _flushing_fit(fit, state):
     return call
 
 
-# Methods that read or reset variables: the store is flushed around them.
-_FLUSHING = ("evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch",
+# Keras entry points that read data or read/reset variables.
+_ENTRIES = ("evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch",
              "get_metrics_result")
 # Every instance attribute wrap sets; re-wrapping restores Keras's own first.
-_WRAPPED_METHODS = ("fit", *_FLUSHING, "make_train_function", "make_test_function",
+_WRAPPED_METHODS = ("fit", *_ENTRIES, "make_train_function", "make_test_function",
                     "make_predict_function")
 
 
@@ -168,18 +170,17 @@ def wrap(model, backend="auto", max_shapes=8):
     def make_predict_function(force=False):
         if model.predict_function is None or force:
             def predict_function(batches):
-                outputs = [state.predict(b) for b in batches]
-                return tf.nest.map_structure(lambda *o: tf.constant(np.concatenate(o)),
-                                             *outputs)
+                outputs = state.predict.run_many([(b,) for b in batches], keep_all=True)
+                return tf.nest.map_structure(tf.constant, outputs)
             model.predict_function = predict_function
         return model.predict_function
 
     model._kerasjit = state
     # Flush before Keras's own code runs: evaluate resets metric variables first thing,
     # and fit reads the metric variables for the epoch's logs before any callback runs.
-    model.fit = _flushing_fit(model.fit, state)
-    for name in _FLUSHING:
-        setattr(model, name, _flushing(getattr(model, name), state.store))
+    model.fit = _fit_entry(model.fit, model, state)
+    for name in _ENTRIES:
+        setattr(model, name, _entry(getattr(model, name), model, state.store))
     model.make_train_function = make_train_function
     model.make_test_function = make_test_function
     model.make_predict_function = make_predict_function

@@ -40,7 +40,7 @@ def softmax(wrapped):
 @pytest.mark.parametrize("wrapped", [False, True], ids=["plain", "wrapped"])
 def test_figures_agree_with_independent_measures(wrapped):
     # Enough batches for epochs of about 0.3 s or more, so 5% is far above callback overhead.
-    x, y = workloads.classification_data(8000 if wrapped else 30000, (784,), 10)
+    x, y = workloads.classification_data(30000, (784,), 10)
     before, profiler, after = Stopwatch(), JitProfiler(batch_size=100), Stopwatch()
     # A garbage collection between two callbacks (the heap is large after other tests)
     # would land between the brackets and the profiler's own interval: keep it out.

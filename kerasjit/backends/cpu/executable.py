@@ -4,6 +4,7 @@ import ctypes
 import numpy as np
 
 from ...hlo.shape import DTYPES
+from .stepper import run_steps
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
@@ -32,21 +33,67 @@ class CpuExecutable:
         return sum(s.nbytes for s in self._slots) + sum(
             a.nbytes for b, a in zip(self.program.buffers, self._arrays) if b.role == "constant")
 
+    def _param(self, bid, arg, leading=()):
+        buf = self.program.buffers[bid]
+        a = np.asarray(arg, DTYPES[buf.dtype], order="C")   # (ascontiguousarray makes 0-d 1-d)
+        if a.shape != leading + tuple(buf.dims):
+            raise ValueError(f"parameter {buf.name}: expected shape {leading + tuple(buf.dims)}, "
+                             f"got {a.shape}")
+        return a
+
+    def _new_output(self, bid, leading=()):
+        buf = self.program.buffers[bid]
+        return np.empty(leading + tuple(buf.dims), DTYPES[buf.dtype])
+
     def __call__(self, args):
         program, table = self.program, self._table
-        keep = []
-        for bid, arg in zip(program.params, args):
-            buf = program.buffers[bid]
-            a = np.asarray(arg, DTYPES[buf.dtype], order="C")   # (ascontiguousarray makes 0-d 1-d)
-            if a.shape != tuple(buf.dims):
-                raise ValueError(f"parameter {buf.name}: expected shape {buf.dims}, got {a.shape}")
-            keep.append(a)
+        keep = [self._param(bid, arg) for bid, arg in zip(program.params, args)]
+        for bid, a in zip(program.params, keep):
             table[bid] = a.ctypes.data
-        outputs = []
-        for bid in program.outputs:   # fresh: callers keep outputs as state across calls
-            buf = program.buffers[bid]
-            out = np.empty(buf.dims, DTYPES[buf.dtype])
+        outputs = [self._new_output(bid) for bid in program.outputs]   # fresh: callers
+        for bid, out in zip(program.outputs, outputs):                 # keep them as state
             table[bid] = out.ctypes.data
-            outputs.append(out)
         self._entry(ctypes.addressof(table))
         return outputs
+
+    def run_steps(self, n, args, stacked_params, carried, stacked_outputs):
+        """The cluster `n` times in one native call.
+
+        args: per parameter, its value (with a leading [n] axis when its index
+        is in `stacked_params`: row s is step s's). carried: parameter index ->
+        output index whose value the parameter takes from the step before
+        (variables). Outputs in `stacked_outputs` come back with a leading [n]
+        axis (every step's value); the others hold the last step's.
+        """
+        program, steps = self.program, np.arange(n, dtype=np.int64)
+        params = [self._param(bid, arg, (n,) if p in stacked_params else ())
+                  for p, (bid, arg) in enumerate(zip(program.params, args))]
+        # Two alternating sets for outputs kept from the last step only: a step
+        # reads the previous step's set (carried variables) and writes the other.
+        sets = [[self._new_output(bid) for bid in program.outputs] for _ in range(min(n, 2))]
+        stacked = {o: self._new_output(program.outputs[o], (n,)) for o in stacked_outputs}
+        slots, rows = [], []
+
+        def patch(bid, pointers):
+            slots.append(bid)
+            rows.append(np.broadcast_to(pointers, (n,)))
+        for p, (bid, a) in enumerate(zip(program.params, params)):
+            if p in stacked_params:
+                patch(bid, a.ctypes.data + steps * (a.nbytes // n))
+            elif p in carried:
+                written = [s[carried[p]].ctypes.data for s in sets]
+                patch(bid, np.concatenate([[a.ctypes.data], np.resize(written, n - 1)]))
+            else:
+                patch(bid, a.ctypes.data)
+        for o, bid in enumerate(program.outputs):
+            if o in stacked:
+                out = stacked[o]
+                patch(bid, out.ctypes.data + steps * (out.nbytes // n))
+            else:
+                patch(bid, np.resize([s[o].ctypes.data for s in sets], n))
+        pointers = np.ascontiguousarray(np.stack(rows), dtype=np.int64)
+        slots = np.asarray(slots, np.int64)
+        run_steps()(ctypes.cast(self._entry, ctypes.c_void_p), ctypes.addressof(self._table), n,
+                    len(slots), slots.ctypes.data, pointers.ctypes.data)
+        last = sets[(n - 1) % 2]
+        return [stacked[o] if o in stacked else last[o] for o in range(len(program.outputs))]
