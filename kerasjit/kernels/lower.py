@@ -3,14 +3,17 @@
 Fusion is decided per (producer, consumer) edge and recorded with its reason:
 a producer is inlined into its consumer's expression unless it must be
 materialised (a reduction or opaque op, several users of a costly value, a
-costly value a broadcast would recompute per output element). Materialised
-values of the same shape computed back to back share one loop (multi-output
-fusion: an optimizer update is one pass over memory).
+costly value a broadcast would recompute per output element). A materialised
+value joins a recent loop of its shape as one more store where everything it
+reads is ready before that loop (multi-output fusion: an optimizer's m, v and
+w updates of one weight are one pass over memory, though other weights'
+updates come between them in post-order).
 """
 from ..hlo.opcodes import BROADCAST, ELEMENTWISE, OPAQUE, REDUCE
 from .conv_gemm import conv_as_gemm
 from .expressions import EXPRESSIONS, Unsupported, elementwise, op_of
-from .ir import S64, Buffer, Const, GemmCall, Index, KernelProgram, Load, LoopKernel, Var
+from .ir import (S64, Buffer, ChunkLoop, Const, GemmCall, Index, KernelProgram, Load, LoopKernel,
+                 Var, walk)
 from .storage import assign_storage
 
 __all__ = ["lower", "Unsupported"]
@@ -19,12 +22,28 @@ _CHEAP = {"broadcast", "iota", "reshape", "bitcast", "transpose", "slice", "conv
           "copy", "reverse", "constant", "parameter", "negate", "get-tuple-element"}
 
 
+# How many steps back a value looks for a loop to join. Each try builds its
+# expression again, and a join further back keeps a temporary alive longer;
+# the case that matters (a weight's update a few steps after its m and v) is near.
+_LOOKBACK = 8
+
+
 class _NotInKernel(Exception):
-    """A value of the current kernel is needed at another index: start a new kernel."""
+    """The value cannot be computed in this kernel (a value of the kernel is
+    needed at another index, or a buffer is written only at or after it)."""
 
 
 def _is_tuple_producer(inst):
     return inst.shape.is_tuple and inst.opcode != "tuple"
+
+
+def _writes(step):
+    """Buffer ids a step writes."""
+    if isinstance(step, ChunkLoop):
+        return set().union(*map(_writes, step.steps))
+    if isinstance(step, GemmCall):
+        return {step.out}
+    return {bid for bid, _ in step.stores}
 
 
 def lower(module):
@@ -40,8 +59,12 @@ class _Lowering:
             for op in inst.operands:
                 self.users[op].append(inst)
         self.buffers, self.buffer_of, self.steps, self.decisions = [], {}, [], []
-        self.kernel_values = {}   # instruction -> Expr, for the kernel being built
-        self.memo = {}            # (instruction, index ids) -> (index, Expr)
+        # The kernel an expression is being built in: its values (instruction ->
+        # Expr, inlined at its loop index), that index, and the buffers not yet
+        # written when it runs (None: every existing buffer is ready).
+        self.kernel_values, self.loop_index, self.unready, self.horizon = {}, None, None, None
+        self.kernel_state = {}    # id(LoopKernel) -> (loop index, its kernel_values)
+        self.memo = {}            # (instruction, index ids, horizon) -> (index, Expr)
         self.keys = {}            # id(reduce instruction) -> small int key
 
     # ---------------------------------------------------------------- decisions
@@ -132,49 +155,90 @@ class _Lowering:
             gemm.out = bid
             self.steps.append(gemm)
             return
-        last = self.steps[-1] if self.steps else None
         # Reductions keep a kernel to themselves: alone, the renderer can run
         # their rows along contiguous memory; loop outputs share a pass instead.
-        if isinstance(last, LoopKernel) and last.dims == inst.shape.dims \
-                and not self._is_reduction(inst) and not last.reduction:
-            try:                      # multi-output: join the previous loop
-                value = self._kernel_expr(inst)
-                bid = self.buffer_for(inst, role)
-                last.stores.append((bid, value))
-                last.fused.append(inst.name)
-                self.kernel_values[inst] = value
-                return
-            except _NotInKernel:
-                pass
-        self.kernel_values = {}
-        value = self._kernel_expr(inst)
-        bid = self.buffer_for(inst, role)
-        self.kernel_values[inst] = value
-        self.steps.append(LoopKernel(f"k{len(self.steps)}_{inst.opcode}",
-                                     inst.shape.dims, [(bid, value)], [inst.name],
-                                     reduction=self._is_reduction(inst)))
+        if not self._is_reduction(inst):
+            for pos in range(len(self.steps) - 1, max(len(self.steps) - _LOOKBACK, 0) - 1, -1):
+                kernel = self.steps[pos]      # the latest valid loop wins
+                if isinstance(kernel, LoopKernel) and kernel.dims == inst.shape.dims \
+                        and not kernel.reduction:
+                    value = self._join_value(inst, pos)
+                    if value is not None:
+                        kernel.stores.append((self.buffer_for(inst, role), value))
+                        kernel.fused.append(inst.name)
+                        return
+        index, values = self._loop_index(inst.shape.rank), {}
+        value = self._expr_in(inst, index, values)
+        values[inst] = value
+        kernel = LoopKernel(f"k{len(self.steps)}_{inst.opcode}", inst.shape.dims,
+                            [(self.buffer_for(inst, role), value)], [inst.name],
+                            reduction=self._is_reduction(inst))
+        self.kernel_state[id(kernel)] = (index, values)
+        self.steps.append(kernel)
+
+    def _join_value(self, inst, pos):
+        """`inst` as one more store of LoopKernel steps[pos], or None if not valid there.
+
+        Valid when it reads only buffers written before that kernel, and the
+        kernel's own values only at its loop index. Appending a store changes
+        nothing the kernel or the steps after it read."""
+        kernel, steps = self.steps[pos], len(self.steps)
+        # Kernels built elsewhere (convolution layouts, copies) have no values to share.
+        index, values = self.kernel_state.setdefault(
+            id(kernel), (self._loop_index(len(kernel.dims)), {}))
+        unready = set().union(*map(_writes, self.steps[pos:]))
+        try:
+            value = self._expr_in(inst, index, values, unready, pos)
+        except _NotInKernel:
+            return None
+        if len(self.steps) != steps:  # it materialised something, which runs after the kernel
+            return None
+        if any(isinstance(n, Load) and n.buffer in unready for n in walk(value)):
+            return None
+        values[inst] = value
+        return value
+
+    @staticmethod
+    def _loop_index(rank):
+        return tuple(Index(S64, d) for d in range(rank))
+
+    def _expr_in(self, inst, index, values, unready=None, horizon=None):
+        """`inst`'s Expr at `index` in a kernel holding `values`; restores the previous
+        kernel context afterwards (success or not) so builds do not leak into each other."""
+        saved = self.kernel_values, self.loop_index, self.unready, self.horizon
+        self.kernel_values, self.loop_index, self.unready, self.horizon = \
+            values, index, unready, horizon
+        try:
+            return self._compute(inst, index)
+        finally:
+            self.kernel_values, self.loop_index, self.unready, self.horizon = saved
 
     @staticmethod
     def _is_reduction(inst):
         source = inst.operands[0] if inst.opcode == "get-tuple-element" else inst
         return source.kind in (REDUCE, OPAQUE) and source.opcode != "rng-bit-generator"
 
-    def _kernel_expr(self, inst):
-        index = tuple(Index(S64, d) for d in range(inst.shape.rank))
-        self.loop_index = index
-        return self._compute(inst, index)
-
     def _load_or_expr(self, inst, index):
         if inst in self.kernel_values:
             if index != self.loop_index:
                 raise _NotInKernel()
             return self.kernel_values[inst]
-        if inst in self.buffer_of:
-            buf = self.buffers[self.buffer_of[inst]]
+        bid = self.buffer_of.get(inst)
+        if bid is not None and self.unready and bid in self.unready:
+            # Joining an earlier kernel: this buffer is written only after it runs.
+            # A scalar that is no reduction is cheap to compute again in place
+            # (Adam's step count feeding the bias correction); anything else is not.
+            if inst.shape.rank or self._is_reduction(inst):
+                raise _NotInKernel()
+            bid = None
+        if bid is not None:
+            buf = self.buffers[bid]
             return Load(buf.dtype, buf.id, tuple(index))
         if inst.opcode == "constant":
             return Const(inst.shape.dtype, inst.literal.item())
-        key = (id(inst),) + tuple(map(id, index))
+        # Entries built for a join can recompute what a load would read elsewhere,
+        # so each join position keeps its own.
+        key = (id(inst), self.horizon) + tuple(map(id, index))
         if key not in self.memo:      # keeps shared subexpressions shared (a DAG, not a tree)
             self.memo[key] = (index, self._compute(inst, index))
         return self.memo[key][1]
