@@ -4,12 +4,14 @@ The entry takes a table of buffer pointers and runs every step in order
 (loop kernels, sgemm calls), so a compiled cluster is one native call.
 Expressions are rendered once per loop iteration (a DAG, memoised);
 reductions become inner loops whose accumulators live in allocas that
-LLVM promotes to registers.
+LLVM promotes to registers. Large kernels run their outermost loop on
+several threads (parallel.py).
 """
 from llvmlite import ir
 
 from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, Index, Load, Op, Reduce,
                            ReduceVar, Var, walk)
+from . import parallel
 from .blas import SGEMM_SYMBOL
 from .llvm_types import memory_type, register_type
 from .ops import OpEmitter
@@ -40,8 +42,23 @@ def kernel_buffers(kernel):
     return sorted({bid for bid, _ in kernel.stores} | loaded)
 
 
+def rows_can_accumulate(kernel):
+    """A lone reduction (dot, convolution, sum) whose rows can be accumulated in place."""
+    stores = kernel.stores
+    if len(stores) != 1 or not kernel.dims or kernel.dims[-1] == 1:
+        return False
+    red = stores[0][1]
+    return isinstance(red, Reduce) and len(red.accs) == 1 and len(red.bodies) == 1
+
+
+def outer_dims(kernel):
+    """The kernel's loops outside any reduction loop (those a thread may own part of)."""
+    return kernel.dims[:-1] if rows_can_accumulate(kernel) else kernel.dims
+
+
 class _KernelBuilder:
-    """One loop kernel: `void k(ptr noalias buffer..., i64 chunk)`.
+    """One loop kernel: `void k(ptr noalias buffer..., i64 chunk)`, and when
+    split, `i64 lo, i64 hi`: the part of its outermost loop it runs.
 
     The buffers come as noalias arguments (distinct buffers never overlap:
     storage.py gives a kernel's inputs and outputs different memory), which
@@ -49,30 +66,38 @@ class _KernelBuilder:
     loop-invariant work such as a scalar's pow out of the loops.
     """
 
-    def __init__(self, module, ops, program, kernel, fn):
+    def __init__(self, module, ops, program, kernel, fn, split=False):
         self.module, self.ops, self.program, self.kernel = module, ops, program, kernel
-        self.fn = fn
+        self.fn, self.split = fn, split
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
-        self.pointers = dict(zip(kernel_buffers(kernel), fn.args))
+        buffers = kernel_buffers(kernel)
+        self.pointers = dict(zip(buffers, fn.args))
+        self.chunk = fn.args[len(buffers)]
         self.alloca_block = self.b.block
 
     # ----------------------------------------------------------------- loops
     def loop(self, extent, body):
         counted_loop(self.b, self.fn, extent, body)
 
-    def nest(self, extents, body, prefix=()):
+    def nest(self, extents, body, prefix=(), outermost=False):
         if not extents:
             body(prefix)
             return
-        self.loop(extents[0], lambda i: self.nest(extents[1:], body, prefix + (i,)))
+
+        def inner(i):
+            self.nest(extents[1:], body, prefix + (i,))
+        if outermost and self.split:     # this thread's rows [lo, hi) only
+            parallel.run_time_loop(self.b, self.fn, *self.fn.args[-2:], inner)
+        else:
+            self.loop(extents[0], inner)
 
     def build(self):
         dims = self.kernel.dims
         if 0 in dims:
             self.b.ret_void()
             return
-        if self._rows_can_accumulate():
-            self.nest(list(dims[:-1]), self._accumulate_rows)
+        if rows_can_accumulate(self.kernel):
+            self.nest(list(dims[:-1]), self._accumulate_rows, outermost=True)
             self.b.ret_void()
             return
 
@@ -82,16 +107,8 @@ class _KernelBuilder:
             for bid, expr in self.kernel.stores:
                 value = self.render(expr, values, env)
                 self.store(bid, expr.dtype, index, value)
-        self.nest(list(dims), element)
+        self.nest(list(dims), element, outermost=True)
         self.b.ret_void()
-
-    def _rows_can_accumulate(self):
-        """A lone reduction (dot, convolution, sum) whose rows can be accumulated in place."""
-        stores = self.kernel.stores
-        if len(stores) != 1 or not self.kernel.dims or self.kernel.dims[-1] == 1:
-            return False
-        red = stores[0][1]
-        return isinstance(red, Reduce) and len(red.accs) == 1 and len(red.bodies) == 1
 
     def _accumulate_rows(self, prefix):
         """Reduction loops outside, the output's last dimension innermost.
@@ -154,7 +171,7 @@ class _KernelBuilder:
         if isinstance(node, Index):
             return env["index"][node.dim]
         if isinstance(node, ChunkIndex):
-            return self.fn.args[-1]
+            return self.chunk
         if isinstance(node, ReduceVar):
             return env["reduce"][(node.owner, node.dim)]
         if isinstance(node, Var):
@@ -238,13 +255,16 @@ def _gemm(b, sgemm, call, table, chunk):
 
 def render_program(program, name="cluster"):
     """An llvmlite Module with `{name}_entry(ptr buffers)` running every step,
-    and the (name, LLVM IR) of each kernel function for explain()."""
+    and the (name, LLVM IR) of the entry and each kernel function for explain()
+    (a split kernel's listing ends with its thread entry)."""
     module = ir.Module(name=name)
     ops = OpEmitter(module)
     entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), f"{name}_entry")
     eb = ir.IRBuilder(entry.append_basic_block("entry"))
     table = entry.args[0]
     sgemm = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * 13), SGEMM_SYMBOL)
+    may_split = parallel.cores_free(program.steps)
+    kernels = []
 
     def emit(steps, chunk):
         for step in steps:
@@ -254,14 +274,23 @@ def render_program(program, name="cluster"):
                 _gemm(eb, sgemm, step, table, chunk)
             else:
                 buffers = kernel_buffers(step)
-                fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * len(buffers) + [I64]),
-                                 f"{name}_k{len(module.functions)}")
+                split = may_split and parallel.worth_splitting(step, outer_dims(step))
+                fn = ir.Function(module, ir.FunctionType(
+                    ir.VoidType(), [PTR] * len(buffers) + [I64] * (3 if split else 1)),
+                    f"{name}_k{len(module.functions)}")
                 fn.linkage = "internal"
-                for arg in fn.args[:-1]:
+                for arg in fn.args[:len(buffers)]:
                     arg.add_attribute("noalias")
-                _KernelBuilder(module, ops, program, step, fn).build()
-                eb.call(fn, [_buffer_pointer(eb, table, bid) for bid in buffers] + [chunk])
+                _KernelBuilder(module, ops, program, step, fn, split).build()
+
+                def load_buffers(b, table, buffers=buffers):
+                    return [_buffer_pointer(b, table, bid) for bid in buffers]
+                if split:
+                    task = parallel.call_split(eb, fn, load_buffers, table, chunk, step.dims[0])
+                    kernels.append((fn.name, f"{fn}\n{task}"))
+                else:
+                    eb.call(fn, load_buffers(eb, table) + [chunk])
+                    kernels.append((fn.name, str(fn)))
     emit(program.steps, ir.Constant(I64, 0))
     eb.ret_void()
-    kernels = [(f.name, str(f)) for f in module.functions if not f.is_declaration]
-    return module, kernels
+    return module, [(entry.name, str(entry))] + kernels

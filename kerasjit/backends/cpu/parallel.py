@@ -1,0 +1,185 @@
+"""Threads for large loop kernels: the outermost loop cut into one part per core.
+
+A split kernel takes the rows [lo, hi) of its outermost loop as two extra
+arguments. Its thread entry `ptr {kernel}_task(ptr part)` (pthread's
+start-routine type) reads a part {ptr table, i64 chunk, i64 lo, i64 hi},
+loads the kernel's buffers from the cluster's buffer table and runs the
+kernel on those rows. `kerasjit_split`, emitted once into each module that
+needs it, cuts [0, extent) into as many parts as threads, starts a pthread
+for every part but the first, runs the first itself, then joins the others.
+
+Threads are created and joined per kernel call rather than kept in a pool:
+nothing lives between calls, so there is nothing to shut down and no state
+two concurrent calls could share. Only kernels whose work dwarfs the cost
+of starting a thread are split (measurements below), and none in a program
+whose sgemm calls keep OpenBLAS's own threads spinning on the other cores.
+Each element's arithmetic is the same code on whichever thread runs it, so
+results are bit-identical to one thread.
+
+The thread count is read at run time from the process global
+`kerasjit_threads` (default: the cores this process may use), so an object
+from the compile cache follows the affinity of the process that loads it.
+"""
+import ctypes
+import math
+import os
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from ...kernels.ir import ChunkLoop, GemmCall, Index, Op, Reduce, ReduceVar, children, walk
+
+THREADS_SYMBOL = "kerasjit_threads"
+SPLIT_SYMBOL = "kerasjit_split"
+
+# Costs measured on this 2-core Xeon VM, idle. Starting and joining a
+# pthread costs 30-60 us, so a kernel must run well over 100 us alone before
+# handing half of it to a second core pays. Per element, a vectorised add
+# costs ~0.3 ns, an opcode that becomes a libm call ~16x that or more (exp
+# 5 ns, tanh 20 ns). In those units (work = elements x ops x reduction
+# terms) the break-even points were: an Adam-like fused 10-op update ~65k
+# elements (two threads faster from 98k: 137 -> 93 us; 200k: 262 -> 187 us),
+# a lone add 0.5-1M elements (memory-bound: 524k 311 -> 351 us, 1M 547 -> 313
+# us), tanh ~8k elements. 2^20 splits those only where threads were faster.
+MIN_WORK = 1 << 20
+LIBM_COST = 16
+_LIBM_CALLS = {"exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "tanh",
+               "power", "sine", "cosine", "tan", "atan2", "erf", "cbrt"}
+
+# OpenBLAS's worker threads busy-wait for ~0.13 s after each sgemm they take
+# part in (no sched_yield: measured with strace and CPU time), so in a
+# program calling such an sgemm every step the other cores are never free: a
+# thread started right after one took 185 us to finish an empty part instead
+# of 30, and the MLP train step (784-256-10 Adam, batch 64) went from ~750
+# to 890-1040 us with its Adam update split. This build threads sgemm from
+# m*n*k ~1e6 (64x64x255 spins, 64x64x224 does not); OpenBLAS's generic
+# threshold is 65536*4, the bound taken here.
+BLAS_THREADED_MNK = 1 << 18
+
+I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+PTR = ir.PointerType()
+PART = ir.LiteralStructType([PTR, I64, I64, I64])     # table, chunk, lo, hi
+TASK = ir.FunctionType(PTR, [PTR])                    # a pthread start routine
+
+
+def usable_cores():
+    return len(os.sched_getaffinity(0))
+
+
+# Generated code reads the count here. Registered on import: codegen imports
+# this module, so the symbol resolves before any object (built or cached) links.
+_threads = ctypes.c_int64(usable_cores())
+llvm.add_symbol(THREADS_SYMBOL, ctypes.addressof(_threads))
+
+
+def set_threads(n):
+    """How many threads split kernels use from now on (1: none are started)."""
+    _threads.value = max(1, int(n))
+
+
+def cores_free(steps):
+    """False for a program whose sgemm calls leave OpenBLAS's threads spinning."""
+    for step in steps:
+        if isinstance(step, ChunkLoop) and not cores_free(step.steps):
+            return False
+        if isinstance(step, GemmCall) and step.m * step.n * step.k >= BLAS_THREADED_MNK:
+            return False
+    return True
+
+
+def worth_splitting(kernel, outer_dims):
+    """Whether to split `kernel` over the first of `outer_dims` (its loops
+    outside any reduction): one with work enough to pay for the threads."""
+    if not outer_dims or outer_dims[0] < 2:
+        return False
+    varies, ops, terms = {}, 0, {}
+    for node in (n for _, expr in kernel.stores for n in walk(expr)):
+        varies[id(node)] = isinstance(node, (Index, ReduceVar)) or any(
+            varies[id(c)] for c in children(node))
+        if isinstance(node, Op) and varies[id(node)]:   # (LLVM hoists the others)
+            ops += LIBM_COST if node.opcode in _LIBM_CALLS else 1
+        if isinstance(node, Reduce):
+            terms[node.key] = math.prod(node.extents)
+    return math.prod(kernel.dims) * max(ops, 1) * (1 + sum(terms.values())) >= MIN_WORK
+
+
+def call_split(b, kernel_fn, load_buffers, table, chunk, extent):
+    """At `b`: run `kernel_fn` (buffers..., chunk, lo, hi) over [0, extent) on
+    all threads; `load_buffers(builder, table)` gives its buffer arguments."""
+    module = kernel_fn.module
+    task = ir.Function(module, TASK, f"{kernel_fn.name}_task")
+    task.linkage = "internal"
+    tb = ir.IRBuilder(task.append_basic_block("entry"))
+    part = task.args[0]
+    fields = [tb.load(tb.gep(part, [ir.Constant(I32, 0), ir.Constant(I32, i)], source_etype=PART),
+                      typ=ty) for i, ty in enumerate(PART.elements)]
+    tb.call(kernel_fn, load_buffers(tb, fields[0]) + fields[1:])
+    tb.ret(ir.Constant(PTR, None))
+    b.call(_splitter(module), [task, table, chunk, ir.Constant(I64, extent)])
+    return task
+
+
+def _splitter(module):
+    """`void kerasjit_split(ptr task, ptr table, i64 chunk, i64 extent)`."""
+    fn = module.globals.get(SPLIT_SYMBOL)
+    if fn is not None:
+        return fn
+    # (`task` typed as a function pointer: llvmlite calls through no other kind)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [TASK.as_pointer(), PTR, I64, I64]),
+                     SPLIT_SYMBOL)
+    fn.linkage = "internal"
+    # pthread_t is an unsigned long on Linux (glibc and musl): an i64 slot holds one.
+    create = ir.Function(module, ir.FunctionType(I32, [PTR, PTR, PTR, PTR]), "pthread_create")
+    join = ir.Function(module, ir.FunctionType(I32, [I64, PTR]), "pthread_join")
+    threads = ir.GlobalVariable(module, I64, THREADS_SYMBOL)    # external: set from Python
+    task, table, chunk, extent = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    n = b.load(threads, typ=I64)
+    n = b.select(b.icmp_signed("<", extent, n), extent, n)       # no empty parts
+    n = b.select(b.icmp_signed("<", n, ir.Constant(I64, 1)), ir.Constant(I64, 1), n)
+    parts = b.alloca(PART, size=n)
+    ids = b.alloca(I64, size=n)
+    started = b.alloca(I1, size=n)
+    one = ir.Constant(I64, 1)
+
+    def part(t):                   # rows [extent * t / n, extent * (t + 1) / n)
+        p = b.gep(parts, [t])      # (allocas are typed pointers in llvmlite: no source_etype)
+        rows = [b.sdiv(b.mul(extent, x), n) for x in (t, b.add(t, one))]
+        for i, value in enumerate([table, chunk] + rows):
+            b.store(value, b.gep(p, [ir.Constant(I32, 0), ir.Constant(I32, i)]))
+        return p
+
+    def start(t):
+        p = part(t)
+        rc = b.call(create, [b.gep(ids, [t], source_etype=I64), ir.Constant(PTR, None), task, p])
+        ok = b.icmp_signed("==", rc, ir.Constant(I32, 0))
+        b.store(ok, b.gep(started, [t], source_etype=I1))
+        with b.if_then(b.not_(ok)):     # no thread to be had: run that part here
+            b.call(task, [p])
+
+    def finish(t):
+        with b.if_then(b.load(b.gep(started, [t], source_etype=I1), typ=I1)):
+            thread = b.load(b.gep(ids, [t], source_etype=I64), typ=I64)
+            b.call(join, [thread, ir.Constant(PTR, None)])
+    run_time_loop(b, fn, one, n, start)
+    b.call(task, [part(ir.Constant(I64, 0))])
+    run_time_loop(b, fn, one, n, finish)
+    b.ret_void()
+    return fn
+
+
+def run_time_loop(b, fn, lo, hi, body):
+    """for (i = lo; i < hi; ++i) body(i), bounds known only at run time
+    (a split kernel's outermost loop: its part of the rows)."""
+    pre = b.block
+    head, loop, done = (fn.append_basic_block(s) for s in ("for", "body", "done"))
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64)
+    i.add_incoming(lo, pre)
+    b.cbranch(b.icmp_signed("<", i, hi), loop, done)
+    b.position_at_end(loop)
+    body(i)
+    i.add_incoming(b.add(i, ir.Constant(I64, 1)), b.block)
+    b.branch(head)
+    b.position_at_end(done)
