@@ -1,17 +1,20 @@
 """`python -m kerasjit.bench`: plain Keras vs Keras+XLA vs kerasjit, in one run.
 
 Each contender trains its own copy of a model on the same synthetic data.
-Epochs are interleaved (plain, XLA, kerasjit, plain, ...) so drift in the
-machine's speed hits all alike; the first epoch of each contender holds its
-tracing and compiling and is reported apart (compile = first epoch minus the
-median epoch); speed is the median of the remaining epochs. Writes
-reports/benchmark.csv and reports/benchmark.md.
+Rounds are interleaved (plain, XLA, kerasjit, plain, ...) so drift in the
+machine's speed hits all alike. What is timed, per model, is what a user
+runs: an epoch of `fit` with default arguments (shuffled), optionally fit
+with steps_per_execution, and `evaluate` and `predict` over the same data.
+The first round holds tracing and compiling and is reported apart (compile =
+first round minus the median round); speed is the median of the remaining
+rounds. Writes reports/benchmark.csv and reports/benchmark.md.
 """
 import argparse
 import os
 import platform
 import statistics
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -24,51 +27,82 @@ import tensorflow as tf  # noqa: E402
 import kerasjit  # noqa: E402
 from kerasjit import workloads  # noqa: E402
 
+CONTENDERS = ("keras", "keras_xla", "kerasjit")
+STEPS_PER_EXECUTION = 50
 
-def _models(image_size):
+
+@dataclass
+class Workload:
+    build: object           # build(jit_compile) -> compiled Keras model
+    input_shape: tuple
+    classes: int
+    batch: int
+    steps: int              # batches per epoch
+    modes: tuple            # of "fit", "fit_spe", "evaluate", "predict"
+
+
+def _workloads(args):
+    everything = ("fit", "fit_spe", "evaluate", "predict")
     return {
-        "softmax_regression": (workloads.softmax_regression, (784,), 10, 100),
-        "mlp_784_256_10": (lambda jit_compile=False: workloads.mlp(0, jit_compile), (784,), 10, 64),
-        f"elephant_cnn_{image_size}": (
-            lambda jit_compile=False: workloads.elephant_cnn(image_size, jit_compile),
-            (image_size, image_size, 3), 1, 64),
+        "softmax_regression": Workload(workloads.softmax_regression, (784,), 10, 100,
+                                       args.softmax_steps, everything),
+        "mlp_784_256_10": Workload(lambda jit_compile=False: workloads.mlp(0, jit_compile),
+                                   (784,), 10, 64, args.steps, ("fit", "evaluate", "predict")),
+        f"elephant_cnn_{args.image_size}": Workload(
+            lambda jit_compile=False: workloads.elephant_cnn(args.image_size, jit_compile),
+            (args.image_size, args.image_size, 3), 1, 64, args.cnn_steps, ("fit",)),
     }
 
 
-CONTENDERS = ("keras", "keras_xla", "kerasjit")
-
-
-def _make(contender, build):
+def _make(contender, build, steps_per_execution=1):
     keras.utils.set_random_seed(0)
     model = build(jit_compile=(contender == "keras_xla"))
+    model.steps_per_execution = steps_per_execution   # read when Keras builds its loop
     return kerasjit.wrap(model) if contender == "kerasjit" else model
 
 
-def bench_model(name, build, shape, classes, batch, steps, epochs):
-    x, y = workloads.classification_data(steps * batch, shape, classes)
-    models = {c: _make(c, build) for c in CONTENDERS}
-    times = {c: [] for c in CONTENDERS}
+def _runner(mode, model, x, y, batch):
+    """What one timed round of `mode` runs."""
+    if mode in ("fit", "fit_spe"):
+        return lambda: model.fit(x, y, batch_size=batch, epochs=1, verbose=0)
+    if mode == "evaluate":
+        return lambda: model.evaluate(x, y, batch_size=batch, verbose=0)
+    return lambda: model.predict(x, batch_size=batch, verbose=0)
+
+
+def bench_model(name, work, rounds):
+    x, y = workloads.classification_data(work.steps * work.batch, work.input_shape, work.classes)
+    models = {c: _make(c, work.build) for c in CONTENDERS}
+    spe_models = {c: _make(c, work.build, STEPS_PER_EXECUTION) for c in CONTENDERS} \
+        if "fit_spe" in work.modes else {}
+    runs = {(mode, c): _runner(mode, (spe_models if mode == "fit_spe" else models)[c],
+                               x, y, work.batch)
+            for mode in work.modes for c in CONTENDERS}
+    times = {key: [] for key in runs}
     rss = {}
     process = psutil.Process()
-    for epoch in range(epochs):
-        for c, model in models.items():
+    for r in range(rounds):
+        for (mode, c), run in runs.items():
             before = process.memory_info().rss
             start = time.perf_counter()
-            model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0)
-            times[c].append(time.perf_counter() - start)
-            if epoch == 0:
-                rss[c] = (process.memory_info().rss - before) / 2**20
-        print(f"  {name} epoch {epoch + 1}/{epochs}: " +
-              ", ".join(f"{c} {times[c][-1]:.3f}s" for c in CONTENDERS), flush=True)
+            run()
+            times[mode, c].append(time.perf_counter() - start)
+            if r == 0:
+                rss[mode, c] = (process.memory_info().rss - before) / 2**20
+        print(f"  {name} round {r + 1}/{rounds}: " + ", ".join(
+            f"{mode}/{c} {t[-1]:.3f}s" for (mode, c), t in times.items()), flush=True)
     rows = []
-    base = statistics.median(times["keras"][1:])
-    for c in CONTENDERS:
-        median = statistics.median(times[c][1:])
-        rows.append({"model": name, "contender": c, "batch": batch, "steps_per_epoch": steps,
-                     "median_epoch_s": median, "ms_per_step": 1000 * median / steps,
-                     "compile_s": max(0.0, times[c][0] - median),
-                     "speedup_vs_keras": base / median,
-                     "first_epoch_rss_growth_mb": rss[c]})
+    for mode in work.modes:
+        base = statistics.median(times[mode, "keras"][1:])
+        for c in CONTENDERS:
+            median = statistics.median(times[mode, c][1:])
+            rows.append({"model": name, "mode": mode, "contender": c, "batch": work.batch,
+                         "steps": work.steps,
+                         "steps_per_execution": STEPS_PER_EXECUTION if mode == "fit_spe" else 1,
+                         "median_s": median, "ms_per_step": 1000 * median / work.steps,
+                         "compile_s": max(0.0, times[mode, c][0] - median),
+                         "speedup_vs_keras": base / median,
+                         "first_round_rss_growth_mb": rss[mode, c]})
     return rows
 
 
@@ -93,14 +127,18 @@ def write_reports(rows, out_dir, command):
     lines = ["# kerasjit benchmark", "",
              f"Machine: {machine()}", "",
              f"Command: `{command}` ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
-             "Median epoch time after the first (compile) epoch; contenders interleaved "
-             "epoch by epoch in one process. `compile_s` = first epoch minus median epoch.", "",
-             "| model | contender | ms/step | speedup vs Keras | compile s | first-epoch RSS growth MB |",
-             "|---|---|---:|---:|---:|---:|"]
+             "Median round after the first (compile) round; contenders interleaved round by "
+             "round in one process. A round is one call: an epoch of `fit` with default "
+             "arguments (shuffled), the same with `steps_per_execution` (`fit_spe`), "
+             "`evaluate` or `predict` over the same data. `compile s` = first round minus "
+             "the median.", "",
+             "| model | mode | contender | ms/step | speedup vs Keras | compile s "
+             "| first-round RSS growth MB |",
+             "|---|---|---|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['contender']} | {r['ms_per_step']:.2f} | "
+        lines.append(f"| {r['model']} | {r['mode']} | {r['contender']} | {r['ms_per_step']:.3f} | "
                      f"{r['speedup_vs_keras']:.2f}x | {r['compile_s']:.2f} | "
-                     f"{r['first_epoch_rss_growth_mb']:.0f} |")
+                     f"{r['first_round_rss_growth_mb']:.0f} |")
     with open(os.path.join(out_dir, "benchmark.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     return table
@@ -108,19 +146,19 @@ def write_reports(rows, out_dir, command):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=5, help="per contender, first is compile")
-    parser.add_argument("--steps", type=int, default=20, help="steps per epoch (small models)")
-    parser.add_argument("--cnn-steps", type=int, default=3, help="steps per epoch (elephant CNN)")
+    parser.add_argument("--rounds", type=int, default=5, help="per contender, first is compile")
+    parser.add_argument("--softmax-steps", type=int, default=600,
+                        help="batches per epoch, softmax regression (600: MNIST's 60000)")
+    parser.add_argument("--steps", type=int, default=50, help="batches per epoch, MLP")
+    parser.add_argument("--cnn-steps", type=int, default=3, help="batches per epoch, CNN")
     parser.add_argument("--image-size", type=int, default=150)
     parser.add_argument("--models", nargs="*", help="subset of model names")
     parser.add_argument("--out", default="reports")
     args = parser.parse_args(argv)
     rows = []
-    for name, (build, shape, classes, batch) in _models(args.image_size).items():
-        if args.models and name not in args.models:
-            continue
-        steps = args.cnn_steps if name.startswith("elephant") else args.steps
-        rows += bench_model(name, build, shape, classes, batch, steps, args.epochs)
+    for name, work in _workloads(args).items():
+        if not args.models or name in args.models:
+            rows += bench_model(name, work, args.rounds)
     table = write_reports(rows, args.out, "python -m kerasjit.bench " + " ".join(argv or []))
     print(table.to_string(index=False))
 

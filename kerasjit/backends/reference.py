@@ -14,7 +14,8 @@ class ReferenceExecutable:
 class ReferenceBackend:
     name = "reference"
 
-    def compile(self, module):
+    def compile(self, module, donate=None):
+        """donate is ignored: the evaluator's outputs are always new arrays."""
         return ReferenceExecutable(module)
 
 

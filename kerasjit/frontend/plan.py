@@ -25,6 +25,11 @@ class Planner:
         self.sources = {n.name for n in fg.nodes if n.op in _SOURCE_OPS}
         self.consts = {n.name for n in fg.nodes if n.op == "Const"}
         self.rejected = {}            # node name -> reason
+        self.readers = {}             # tensor name -> names of the nodes reading it
+        for n in fg.nodes:
+            for t in n.input:
+                if not t.startswith("^"):
+                    self.readers.setdefault(tensor_name(t), set()).add(n.name)
         self.modules = {}             # cluster id -> first compiled Module
 
     def _partition(self):
@@ -84,10 +89,22 @@ class Planner:
             return None
         return specs
 
-    def _compile_fn(self, fn):
+    def _donations(self, members, inputs, outputs):
+        """{input index: output index} for the variables that this cluster alone reads
+        and that it updates: their old value is dead once it ran, so the new one may
+        be written over it."""
+        members, donate = set(members), {}
+        for i, old in enumerate(self.fg.state_inputs):
+            new = self.fg.state_outputs.get(i)
+            if old in inputs and new in outputs and old not in self.fg.outputs \
+                    and self.readers.get(old, set()) <= members:
+                donate[inputs.index(old)] = outputs.index(new)
+        return donate
+
+    def _compile_fn(self, fn, donate):
         def compile_for(specs):
             module = bridge.hlo_module(fn, *specs)
-            return module, self.backend.compile(module)
+            return module, self.backend.compile(module, donate)
         return compile_for
 
     def plan(self):
@@ -110,7 +127,8 @@ class Planner:
             runs.append(run)
             if cluster.kind != "compiled":
                 continue
-            run.specializer = Specializer(self._compile_fn(fn),
+            run.specializer = Specializer(self._compile_fn(fn, self._donations(members, inputs,
+                                                                               outputs)),
                                           f"'{members[0]}' ({len(members)} ops)", self.cap,
                                           self.events)
             specs = self._input_specs(inputs)

@@ -9,7 +9,7 @@ transpose, reshape, slice, pad and concatenate are just indexing. Renderers
 (LLVM for CPU, CUDA C for GPU) turn the same kernels into code.
 """
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 from ..hlo.shape import DTYPES
 
@@ -143,6 +143,8 @@ class KernelProgram:
     decisions: list = field(default_factory=list)  # (producer, consumer, "fused" or reason)
     storage: dict = field(default_factory=dict)    # temp buffer id -> memory slot
     slot_bytes: list = field(default_factory=list)  # size of each memory slot
+    aliases: dict = field(default_factory=dict)     # output index -> parameter index whose
+    #                                                 buffer it is written over (aliasing.py)
 
 
 def walk(expr, into_reductions=True):
@@ -171,3 +173,27 @@ def children(node):
     if isinstance(node, Reduce):
         return node.inits + node.bodies
     return ()
+
+
+def rename_buffer(expr, old, new, memo):
+    """`expr` with loads of buffer `old` reading buffer `new`; untouched subtrees
+    are shared, and `memo` (id -> node) keeps a DAG a DAG across calls."""
+    if id(expr) in memo:
+        return memo[id(expr)]
+    changes = {}
+    for f in fields(expr):
+        value = getattr(expr, f.name)
+        if isinstance(value, Expr):
+            renamed = rename_buffer(value, old, new, memo)
+        elif isinstance(value, tuple) and any(isinstance(v, Expr) for v in value):
+            renamed = tuple(rename_buffer(v, old, new, memo) for v in value)
+            if all(a is b for a, b in zip(renamed, value)):
+                renamed = value
+        else:
+            continue
+        if renamed is not value:
+            changes[f.name] = renamed
+    if isinstance(expr, Load) and expr.buffer == old:
+        changes["buffer"] = new
+    memo[id(expr)] = replace(expr, **changes) if changes else expr
+    return memo[id(expr)]

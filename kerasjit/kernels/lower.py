@@ -14,6 +14,7 @@ from .conv_gemm import conv_as_gemm
 from .expressions import EXPRESSIONS, Unsupported, elementwise, op_of
 from .ir import (S64, Buffer, ChunkLoop, Const, GemmCall, Index, KernelProgram, Load, LoopKernel,
                  Var, walk)
+from .aliasing import alias_donated
 from .storage import assign_storage
 
 __all__ = ["lower", "Unsupported"]
@@ -46,8 +47,10 @@ def _writes(step):
     return {bid for bid, _ in step.stores}
 
 
-def lower(module):
-    return _Lowering(module).run()
+def lower(module, donate=None):
+    """The KernelProgram of `module`; donate: {parameter index: output index} pairs
+    the caller lets share memory (aliasing.py)."""
+    return assign_storage(alias_donated(_Lowering(module).run(), donate))
 
 
 class _Lowering:
@@ -116,8 +119,7 @@ class _Lowering:
             if self.buffers[bid].role != "output" or bid in out_ids:
                 bid = self._copy(inst)
             out_ids.append(bid)
-        return assign_storage(KernelProgram(self.buffers, self.steps, params, out_ids,
-                                            self.decisions))
+        return KernelProgram(self.buffers, self.steps, params, out_ids, self.decisions)
 
     # ------------------------------------------------------------------ kernels
     def buffer_for(self, inst, role, data=None):

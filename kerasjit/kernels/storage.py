@@ -9,10 +9,10 @@ new one; a reused slot grows to its largest tenant.
 from .ir import ChunkLoop, GemmCall, Load, walk
 
 
-def _touched(step):
+def touched(step):
     """Buffer ids a step reads or writes."""
     if isinstance(step, ChunkLoop):
-        return set().union(*(_touched(s) for s in step.steps))
+        return set().union(*(touched(s) for s in step.steps))
     if isinstance(step, GemmCall):
         return {step.lhs, step.rhs, step.out}
     ids = {bid for bid, _ in step.stores}
@@ -26,7 +26,7 @@ def assign_storage(program):
     temps = {b.id: b for b in program.buffers if b.role == "temp"}
     first, last = {}, {}
     for i, step in enumerate(program.steps):
-        for bid in _touched(step) & temps.keys():
+        for bid in touched(step) & temps.keys():
             first.setdefault(bid, i)
             last[bid] = i
     slot_bytes, free_after, storage = [], [], {}   # free_after[slot]: last step using it

@@ -3,10 +3,10 @@
 KERASJIT_DEBUG=1 runs the HLO verifier after every pass; KERASJIT_DUMP_DIR=path
 writes the module after each pass there.
 """
+import dataclasses
 import os
 
 from ... import __version__
-from ...kernels.ir import KernelProgram
 from ...kernels.lower import lower
 from ...passes import optimize
 from . import cache, engine
@@ -21,11 +21,12 @@ class CpuBackend:
     def __init__(self):
         self.loaded = {}    # cache key -> (record, entry address) linked into this process
 
-    def compile(self, module):
+    def compile(self, module, donate=None):
         """Optimise `module` (in place: explain() shows what was compiled) and build it,
-        or take the native code from the compile cache."""
+        or take the native code from the compile cache. donate: {parameter index:
+        output index} whose memory the caller gives up (kernels/aliasing.py)."""
         register_blas_symbols()
-        key = cache.cache_key(module, engine.host_description(), __version__)
+        key = cache.cache_key(module, engine.host_description(), __version__, donate)
         if key in self.loaded:          # same HLO again in this process: share the code
             optimize(module)
             record, address = self.loaded[key]
@@ -34,14 +35,12 @@ class CpuBackend:
         if record is None:
             optimize(module, debug=bool(os.environ.get("KERASJIT_DEBUG")),
                      dump_dir=os.environ.get("KERASJIT_DUMP_DIR"))
-            program = lower(module)
+            program = lower(module, donate)
             name = f"cluster_{key[:16]}"
             llvm_module, kernels = render_program(program, name)
             code = engine.object_code(engine.optimize(llvm_module))
             # What the executable needs of the program; expressions live in the code now.
-            record = {"program": KernelProgram(program.buffers, [], program.params,
-                                               program.outputs, program.decisions,
-                                               program.storage, program.slot_bytes),
+            record = {"program": dataclasses.replace(program, steps=[]),
                       "object": code, "entry": f"{name}_entry", "kernels": kernels}
             cache.store(key, record)
         else:

@@ -46,9 +46,9 @@ def compiler_fingerprint():
     return digest.hexdigest()
 
 
-def cache_key(module, host, version):
+def cache_key(module, host, version, donate=None):
     text = (f"{FORMAT}\n{version} {compiler_fingerprint()}\nllvmlite {llvmlite.__version__}\n"
-            f"{host}\n{fingerprint(module)}")
+            f"{host}\ndonated {sorted((donate or {}).items())}\n{fingerprint(module)}")
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -45,14 +45,35 @@ class CpuExecutable:
         buf = self.program.buffers[bid]
         return np.empty(leading + tuple(buf.dims), DTYPES[buf.dtype])
 
+    def _params(self, args, stacked=(), steps=1):
+        """Checked parameter arrays (stacked ones with a leading [steps] axis). A
+        donated one, whose buffer becomes an output's, is copied if it is
+        read-only or passed for another parameter too."""
+        program = self.program
+        params = [self._param(bid, arg, (steps,) if p in stacked else ())
+                  for p, (bid, arg) in enumerate(zip(program.params, args))]
+        starts = [a.ctypes.data for a in params]
+        for p in program.aliases.values():
+            if not params[p].flags.writeable or starts.count(starts[p]) > 1:
+                params[p] = params[p].copy()
+        return params
+
+    def _outputs(self, params, make):
+        """Per output: its donated parameter's array, else make(output index)."""
+        aliases = self.program.aliases
+        return [params[aliases[o]] if o in aliases else make(o)
+                for o in range(len(self.program.outputs))]
+
     def __call__(self, args):
         program, table = self.program, self._table
-        keep = [self._param(bid, arg) for bid, arg in zip(program.params, args)]
-        for bid, a in zip(program.params, keep):
+        params = self._params(args)
+        for bid, a in zip(program.params, params):
             table[bid] = a.ctypes.data
-        outputs = [self._new_output(bid) for bid in program.outputs]   # fresh: callers
-        for bid, out in zip(program.outputs, outputs):                 # keep them as state
-            table[bid] = out.ctypes.data
+        # Fresh arrays for the other outputs: callers keep them as state.
+        outputs = self._outputs(params, lambda o: self._new_output(program.outputs[o]))
+        for o, (bid, out) in enumerate(zip(program.outputs, outputs)):
+            if o not in program.aliases:
+                table[bid] = out.ctypes.data
         self._entry(ctypes.addressof(table))
         return outputs
 
@@ -63,14 +84,15 @@ class CpuExecutable:
         is in `stacked_params`: row s is step s's). carried: parameter index ->
         output index whose value the parameter takes from the step before
         (variables). Outputs in `stacked_outputs` come back with a leading [n]
-        axis (every step's value); the others hold the last step's.
+        axis (every step's value); the others hold the last step's. A donated
+        parameter is updated in place, so it needs no carrying.
         """
         program, steps = self.program, np.arange(n, dtype=np.int64)
-        params = [self._param(bid, arg, (n,) if p in stacked_params else ())
-                  for p, (bid, arg) in enumerate(zip(program.params, args))]
+        params = self._params(args, stacked_params, n)
         # Two alternating sets for outputs kept from the last step only: a step
         # reads the previous step's set (carried variables) and writes the other.
-        sets = [[self._new_output(bid) for bid in program.outputs] for _ in range(min(n, 2))]
+        sets = [self._outputs(params, lambda o: self._new_output(program.outputs[o]))
+                for _ in range(min(n, 2))]
         stacked = {o: self._new_output(program.outputs[o], (n,)) for o in stacked_outputs}
         slots, rows = [], []
 
@@ -80,7 +102,7 @@ class CpuExecutable:
         for p, (bid, a) in enumerate(zip(program.params, params)):
             if p in stacked_params:
                 patch(bid, a.ctypes.data + steps * (a.nbytes // n))
-            elif p in carried:
+            elif p in carried and carried[p] not in program.aliases:
                 written = [s[carried[p]].ctypes.data for s in sets]
                 patch(bid, np.concatenate([[a.ctypes.data], np.resize(written, n - 1)]))
             else:
@@ -89,7 +111,7 @@ class CpuExecutable:
             if o in stacked:
                 out = stacked[o]
                 patch(bid, out.ctypes.data + steps * (out.nbytes // n))
-            else:
+            elif o not in program.aliases:
                 patch(bid, np.resize([s[o].ctypes.data for s in sets], n))
         pointers = np.ascontiguousarray(np.stack(rows), dtype=np.int64)
         slots = np.asarray(slots, np.int64)

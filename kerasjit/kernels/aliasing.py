@@ -1,0 +1,65 @@
+"""In-place updates: a variable's new value written over its old one.
+
+The runtime may donate a parameter (a variable's current value, which it
+owns and will not read again) to the output holding that variable's update.
+The output then shares the parameter's buffer when that is safe: the update
+is stored by a loop kernel that reads the parameter only at the element it
+writes, and no later step reads the parameter. The store moves last in its
+kernel, so the kernel's other stores still read the old value at that
+element. Saves allocating and touching a fresh array per variable per step.
+"""
+from .ir import ChunkLoop, Const, GemmCall, Index, Load, LoopKernel, rename_buffer, walk
+from .storage import touched
+
+
+def _at_loop_index(node, dims):
+    def same(i, d):
+        return (isinstance(i, Index) and i.dim == d) or (
+            dims[d] == 1 and isinstance(i, Const) and i.value == 0)
+    return len(node.index) == len(dims) and all(same(i, d) for d, i in enumerate(node.index))
+
+
+def _reads_only_in_place(kernel, bid):
+    """Whether every load of `bid` in `kernel` is at the element the kernel writes."""
+    return all(_at_loop_index(node, kernel.dims) for _, expr in kernel.stores
+               for node in walk(expr) if isinstance(node, Load) and node.buffer == bid)
+
+
+def alias_donated(program, donate):
+    """Let outputs share donated parameters' buffers where safe.
+
+    donate: {parameter index: output index}. Fills program.aliases
+    ({output index: parameter index}) with the pairs it applied."""
+    for p, o in sorted((donate or {}).items()):
+        param, out = program.params[p], program.outputs[o]
+        pb, ob = program.buffers[param], program.buffers[out]
+        if (pb.dtype, tuple(pb.dims)) != (ob.dtype, tuple(ob.dims)) or ob.role != "output" \
+                or program.outputs.count(out) != 1 or param in program.outputs:
+            continue
+        writer = [i for i, s in enumerate(program.steps)
+                  if isinstance(s, LoopKernel) and any(b == out for b, _ in s.stores)]
+        if len(writer) != 1:
+            continue
+        k = writer[0]
+        kernel = program.steps[k]
+        if kernel.reduction or any(param in touched(s) for s in program.steps[k + 1:]) \
+                or not _reads_only_in_place(kernel, param):
+            continue
+        (value,) = [e for b, e in kernel.stores if b == out]
+        kernel.stores = [(b, e) for b, e in kernel.stores if b != out] + [(out, value)]
+        _rename(program.steps, out, param, {})    # later steps read the new value there
+        program.outputs[o] = param
+        program.aliases[o] = p
+    return program
+
+
+def _rename(steps, old, new, memo):
+    for step in steps:
+        if isinstance(step, ChunkLoop):
+            _rename(step.steps, old, new, memo)
+        elif isinstance(step, GemmCall):
+            step.out, step.lhs, step.rhs = (new if b == old else b
+                                            for b in (step.out, step.lhs, step.rhs))
+        else:
+            step.stores = [(new if b == old else b, rename_buffer(e, old, new, memo))
+                           for b, e in step.stores]
