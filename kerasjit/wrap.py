@@ -26,15 +26,17 @@ class JitState:
     def __init__(self, model, backend, max_shapes):
         self.backend = backend
         self.compile_events = []      # (perf_counter start, seconds, reason)
-        # Training keeps its variables as arrays between steps; evaluate and
-        # predict read the Keras variables, so the store is flushed first.
+        # Steps keep variables as arrays between calls, in one store the three
+        # steps share (they share weights and metric variables); every Keras
+        # entry point flushes it before and after it runs.
         self.store = ResidentStore()
         self.verbose = False          # set while a verbose fit runs: compiles say so
         announce = lambda: self.verbose     # noqa: E731
         self.train = CompiledStep(model.train_step, backend, "train_step", max_shapes,
                                   self.compile_events, self.store, announce)
         self.test, self.predict = (
-            CompiledStep(step, backend, name, max_shapes, self.compile_events, None, announce)
+            CompiledStep(step, backend, name, max_shapes, self.compile_events, self.store,
+                         announce)
             for step, name in ((model.test_step, "test_step"),
                                (model.predict_step, "predict_step")))
 

@@ -64,9 +64,10 @@ SMALL = {
     # Large, but with no loop outside the reduction to split (one summation order).
     "sum_to_scalar": (lambda x: tf.reduce_sum(x), (rand(2000, 600),)),
     "sum_over_batch": (lambda x: tf.reduce_sum(x, axis=0), (rand(2000, 600),)),
-    # Large, but beside an sgemm whose OpenBLAS threads keep the other cores busy.
+    # Large, but beside an sgemm big enough to run threaded (blas.SINGLE_THREAD_MNK),
+    # whose OpenBLAS threads keep the other cores busy.
     "beside_matmul": (lambda a, b, x: (tf.matmul(a, b), tf.tanh(x)),
-                      (rand(64, 128), rand(128, 128), rand(512, 512))),
+                      (rand(256, 256), rand(256, 256), rand(512, 512))),
 }
 
 
@@ -81,3 +82,15 @@ def test_small_whole_or_beside_blas_kernels_stay_on_one_thread(name, backend):
     want = list(want) if isinstance(want, tuple) else [want]
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4)
+
+
+def test_a_large_kernel_beside_a_small_matmul_is_split(backend):
+    # The matmul (64x128x128 multiply-adds, below blas.SINGLE_THREAD_MNK) runs on the
+    # calling thread alone, so no OpenBLAS thread spins and the tanh loop may split.
+    args = (rand(64, 128), rand(128, 128), rand(512, 512))
+    module = bridge(lambda a, b, x: (tf.matmul(a, b), tf.tanh(x)), *args)
+    executable = backend.compile(module)
+    assert split_kernels(executable)
+    got, want = executable(list(args)), evaluate(module, list(args))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)

@@ -25,8 +25,9 @@ class CpuBackend:
         """Optimise `module` (in place: explain() shows what was compiled) and build it,
         or take the native code from the compile cache. donate: {parameter index:
         output index} whose memory the caller gives up (kernels/aliasing.py)."""
-        register_blas_symbols()
-        key = cache.cache_key(module, engine.host_description(), __version__, donate)
+        blas_threads_local = register_blas_symbols()
+        host = f"{engine.host_description()} blas-threads-local:{blas_threads_local}"
+        key = cache.cache_key(module, host, __version__, donate)
         if key in self.loaded:          # same HLO again in this process: share the code
             optimize(module)
             record, address = self.loaded[key]
@@ -37,7 +38,7 @@ class CpuBackend:
                      dump_dir=os.environ.get("KERASJIT_DUMP_DIR"))
             program = lower(module, donate)
             name = f"cluster_{key[:16]}"
-            llvm_module, kernels = render_program(program, name)
+            llvm_module, kernels = render_program(program, name, blas_threads_local)
             code = engine.object_code(engine.optimize(llvm_module))
             # What the executable needs of the program; expressions live in the code now.
             record = {"program": dataclasses.replace(program, steps=[]),

@@ -12,7 +12,7 @@ from llvmlite import ir
 from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, Index, Load, Op, Reduce,
                            ReduceVar, Var, walk)
 from . import parallel
-from .blas import SGEMM_SYMBOL
+from .blas import SGEMM_SYMBOL, SINGLE_THREAD_MNK, THREADS_LOCAL_SYMBOL
 from .llvm_types import memory_type, register_type
 from .ops import OpEmitter
 
@@ -219,8 +219,10 @@ def _buffer_pointer(b, table, bid):
     return b.load(b.gep(table, [ir.Constant(I64, bid)], inbounds=True, source_etype=PTR), typ=PTR)
 
 
-def _gemm(b, sgemm, call, table, chunk):
-    """sgemm on row-major data: C^T = op(B)^T op(A)^T in BLAS's column-major terms."""
+def _gemm(b, sgemm, call, table, chunk, threads_local=None):
+    """sgemm on row-major data: C^T = op(B)^T op(A)^T in BLAS's column-major terms.
+    A small one runs on this thread alone when `threads_local` (OpenBLAS's
+    per-thread setter) is given (blas.SINGLE_THREAD_MNK)."""
     i32, f32, i8 = ir.IntType(32), ir.FloatType(), ir.IntType(8)
 
     def by_reference(ty, value):      # Fortran BLAS takes every argument by pointer
@@ -243,6 +245,9 @@ def _gemm(b, sgemm, call, table, chunk):
     if call.accumulate:               # the first chunk overwrites, later ones add
         b.store(b.select(b.icmp_signed("==", chunk, ir.Constant(I64, 0)),
                          ir.Constant(f32, 0.0), ir.Constant(f32, 1.0)), beta)
+    alone = threads_local is not None and m * n * k < SINGLE_THREAD_MNK
+    if alone:
+        previous = b.call(threads_local, [ir.Constant(i32, 1)])
     b.call(sgemm, [
         by_reference(i8, ord("T" if call.rhs_transposed else "N")),
         by_reference(i8, ord("T" if call.lhs_transposed else "N")),
@@ -251,9 +256,11 @@ def _gemm(b, sgemm, call, table, chunk):
         rhs, by_reference(i32, k if call.rhs_transposed else n),
         _buffer_pointer(b, table, call.lhs), by_reference(i32, m if call.lhs_transposed else k),
         beta, out, by_reference(i32, n)])
+    if alone:
+        b.call(threads_local, [previous])
 
 
-def render_program(program, name="cluster"):
+def render_program(program, name="cluster", blas_threads_local=False):
     """An llvmlite Module with `{name}_entry(ptr buffers)` running every step,
     and the (name, LLVM IR) of the entry and each kernel function for explain()
     (a split kernel's listing ends with its thread entry)."""
@@ -263,7 +270,10 @@ def render_program(program, name="cluster"):
     eb = ir.IRBuilder(entry.append_basic_block("entry"))
     table = entry.args[0]
     sgemm = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * 13), SGEMM_SYMBOL)
-    may_split = parallel.cores_free(program.steps)
+    i32 = ir.IntType(32)
+    threads_local = ir.Function(module, ir.FunctionType(i32, [i32]), THREADS_LOCAL_SYMBOL) \
+        if blas_threads_local else None
+    may_split = parallel.cores_free(program.steps, blas_threads_local)
     kernels = []
 
     def emit(steps, chunk):
@@ -271,7 +281,7 @@ def render_program(program, name="cluster"):
             if isinstance(step, ChunkLoop):
                 counted_loop(eb, entry, step.count, lambda i, s=step: emit(s.steps, i))
             elif isinstance(step, GemmCall):
-                _gemm(eb, sgemm, step, table, chunk)
+                _gemm(eb, sgemm, step, table, chunk, threads_local)
             else:
                 buffers = kernel_buffers(step)
                 split = may_split and parallel.worth_splitting(step, outer_dims(step))

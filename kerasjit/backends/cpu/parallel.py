@@ -28,6 +28,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ...kernels.ir import ChunkLoop, GemmCall, Index, Op, Reduce, ReduceVar, children, walk
+from .blas import SINGLE_THREAD_MNK
 
 THREADS_SYMBOL = "kerasjit_threads"
 SPLIT_SYMBOL = "kerasjit_split"
@@ -77,12 +78,14 @@ def set_threads(n):
     _threads.value = max(1, int(n))
 
 
-def cores_free(steps):
-    """False for a program whose sgemm calls leave OpenBLAS's threads spinning."""
+def cores_free(steps, small_gemms_alone=False):
+    """False for a program whose sgemm calls leave OpenBLAS's threads spinning
+    (with small_gemms_alone, those below blas.SINGLE_THREAD_MNK run unthreaded)."""
+    threaded = SINGLE_THREAD_MNK if small_gemms_alone else BLAS_THREADED_MNK
     for step in steps:
-        if isinstance(step, ChunkLoop) and not cores_free(step.steps):
+        if isinstance(step, ChunkLoop) and not cores_free(step.steps, small_gemms_alone):
             return False
-        if isinstance(step, GemmCall) and step.m * step.n * step.k >= BLAS_THREADED_MNK:
+        if isinstance(step, GemmCall) and step.m * step.n * step.k >= threaded:
             return False
     return True
 
