@@ -114,7 +114,7 @@ class CompiledStep:
         steps = [[a for a in flat if a is not None] for flat in flats]
         ran = None
         if len(steps) > 1:
-            ran = program.run_steps([np.stack(column) for column in zip(*steps)], state.read(),
+            ran = program.run_steps([list(column) for column in zip(*steps)], state.read(),
                                     keep_all)
         if ran is not None:
             outputs, new_state = ran

@@ -98,9 +98,10 @@ class Program:
             new_state[i] = values[t]
         return [values[t] for t in self.outputs], new_state
 
-    def run_steps(self, stacked_args, state, keep_all_outputs=False):
-        """len(stacked_args[0]) steps in one native call: stacked_args hold each
-        step input with a leading steps axis; variables carry from step to step.
+    def run_steps(self, step_args, state, keep_all_outputs=False):
+        """len(step_args[0]) steps in one native call: step_args hold, per step
+        input, a list of that input's value at each step; variables carry from
+        step to step.
 
         Returns (outputs, new_state) as `run` does, outputs of the last step (of
         every step, stacked, with keep_all_outputs), or None where this program
@@ -108,7 +109,7 @@ class Program:
         """
         if len(self.clusters) != 1 or self.clusters[0].kind != "compiled":
             return None
-        cluster, n = self.clusters[0], len(stacked_args[0])
+        cluster, n = self.clusters[0], len(step_args[0])
         where = {t: i for i, t in enumerate(cluster.outputs)}
         wanted = [*self.outputs, *self.state_outputs.values()]
         if any(t not in where for t in wanted):
@@ -120,15 +121,15 @@ class Program:
             return None
         sources = dict(self.constants)
         sources.update(zip(self.state_inputs, state))
-        sources.update(zip(self.inputs, stacked_args))
+        sources.update(zip(self.inputs, step_args))
         args = [sources[t] for t in cluster.inputs]
-        stacked = {p for p, t in enumerate(cluster.inputs) if t in self.inputs}
+        per_step = {p for p, t in enumerate(cluster.inputs) if t in self.inputs}
         executable = cluster.specializer.get(
-            [a[0] if p in stacked else a for p, a in enumerate(map(np.asarray, args))])
+            [np.asarray(a[0] if p in per_step else a) for p, a in enumerate(args)])
         if executable is None or not hasattr(executable, "run_steps"):
             return None
         carried = {p: carried_from[t] for p, t in enumerate(cluster.inputs) if t in carried_from}
-        outs = executable.run_steps(n, args, stacked, carried, stacked_outputs)
+        outs = executable.run_steps(n, args, per_step, carried, stacked_outputs)
         new_state = list(state)
         for i, t in self.state_outputs.items():
             new_state[i] = outs[where[t]]

@@ -43,11 +43,11 @@ class CpuExecutable:
         return sum(s.nbytes for s in self._slots) + sum(
             a.nbytes for b, a in zip(self.program.buffers, self._arrays) if b.role == "constant")
 
-    def _param(self, bid, arg, leading=()):
+    def _param(self, bid, arg):
         buf = self.program.buffers[bid]
         a = np.asarray(arg, DTYPES[buf.dtype], order="C")   # (ascontiguousarray makes 0-d 1-d)
-        if a.shape != leading + tuple(buf.dims):
-            raise ValueError(f"parameter {buf.name}: expected shape {leading + tuple(buf.dims)}, "
+        if a.shape != tuple(buf.dims):
+            raise ValueError(f"parameter {buf.name}: expected shape {tuple(buf.dims)}, "
                              f"got {a.shape}")
         return a
 
@@ -55,12 +55,12 @@ class CpuExecutable:
         buf = self.program.buffers[bid]
         return np.empty(leading + tuple(buf.dims), DTYPES[buf.dtype])
 
-    def _params(self, args, stacked=(), steps=1):
-        """Checked parameter arrays (stacked ones with a leading [steps] axis). A
-        donated one, whose buffer becomes an output's, is copied if it is
-        read-only or passed for another parameter too."""
+    def _params(self, args, per_step=()):
+        """Checked parameter arrays (for indices in `per_step`, a list: one per
+        step). A donated one, whose buffer becomes an output's, is copied if it
+        is read-only or passed for another parameter too."""
         program = self.program
-        params = [self._param(bid, arg, (steps,) if p in stacked else ())
+        params = [[self._param(bid, a) for a in arg] if p in per_step else self._param(bid, arg)
                   for p, (bid, arg) in enumerate(zip(program.params, args))]
         repeated = len({id(a) for a in params}) < len(params)
         for p in program.aliases.values():
@@ -88,18 +88,19 @@ class CpuExecutable:
         self._entry(self._table_address)
         return outputs
 
-    def run_steps(self, n, args, stacked_params, carried, stacked_outputs):
+    def run_steps(self, n, args, per_step, carried, stacked_outputs):
         """The cluster `n` times in one native call.
 
-        args: per parameter, its value (with a leading [n] axis when its index
-        is in `stacked_params`: row s is step s's). carried: parameter index ->
+        args: per parameter, its value (for indices in `per_step`, a list of n
+        values: step s reads the s-th, in place, without stacking copies).
+        carried: parameter index ->
         output index whose value the parameter takes from the step before
         (variables). Outputs in `stacked_outputs` come back with a leading [n]
         axis (every step's value); the others hold the last step's. A donated
         parameter is updated in place, so it needs no carrying.
         """
         program, steps = self.program, np.arange(n, dtype=np.int64)
-        params = self._params(args, stacked_params, n)
+        params = self._params(args, per_step)
         # Two alternating sets for outputs kept from the last step only: a step
         # reads the previous step's set (carried variables) and writes the other.
         sets = [self._outputs(params, lambda o: self._new_output(program.outputs[o]))
@@ -111,8 +112,8 @@ class CpuExecutable:
             slots.append(bid)
             rows.append(np.broadcast_to(pointers, (n,)))
         for p, (bid, a) in enumerate(zip(program.params, params)):
-            if p in stacked_params:
-                patch(bid, a.ctypes.data + steps * (a.nbytes // n))
+            if p in per_step:
+                patch(bid, [x.ctypes.data for x in a])
             elif p in carried and carried[p] not in program.aliases:
                 written = [s[carried[p]].ctypes.data for s in sets]
                 patch(bid, np.concatenate([[a.ctypes.data], np.resize(written, n - 1)]))
