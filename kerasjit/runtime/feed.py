@@ -22,6 +22,9 @@ from keras.src import tree
 
 _KERAS_ITERATOR = tf_trainer.TFEpochIterator
 _FEEDING = contextvars.ContextVar("kerasjit_feeding", default=False)
+# The Keras internals used here (Keras 3's TF trainer and epoch iterator); a Keras
+# without them keeps every input on its tf.data path.
+_SUPPORTED = all(hasattr(EpochIterator, name) for name in ("__iter__", "_enumerate_iterator"))
 
 
 class ArrayEpochIterator(EpochIterator):
@@ -43,7 +46,7 @@ def _dense_arrays(*arrays):
 
 def epoch_iterator(distribute_strategy=None, x=None, y=None, sample_weight=None, **kwargs):
     """Stands in for TFEpochIterator: numpy batches for arrays while feeding."""
-    if _FEEDING.get() and x is not None and _dense_arrays(x, y, sample_weight):
+    if _SUPPORTED and _FEEDING.get() and x is not None and _dense_arrays(x, y, sample_weight):
         return ArrayEpochIterator(x=x, y=y, sample_weight=sample_weight, **kwargs)
     return _KERAS_ITERATOR(distribute_strategy, x=x, y=y, sample_weight=sample_weight, **kwargs)
 
