@@ -31,6 +31,10 @@ class CpuExecutable:
         # place come back as the same arrays every step, and fetching an address costs
         # more (~2 us) than the identity test that skips it.
         self._bound = {}
+        # Small outputs (a step's loss and metrics) are written to buffers of the
+        # executable's own and copied out: cheaper than a new array to bind per call.
+        self._small = {o: self._new_output(bid) for o, bid in enumerate(program.outputs)
+                       if o not in program.aliases and program.buffers[bid].nbytes <= 4096}
 
     def _bind(self, bid, a):
         if self._bound.get(bid) is not a:
@@ -59,8 +63,9 @@ class CpuExecutable:
         """Checked parameter arrays (for indices in `per_step`, a list: one per
         step). A donated one, whose buffer becomes an output's, is copied if it
         is read-only or passed for another parameter too."""
-        program = self.program
-        params = [[self._param(bid, a) for a in arg] if p in per_step else self._param(bid, arg)
+        program, bound = self.program, self._bound
+        params = [[self._param(bid, a) for a in arg] if p in per_step else
+                  arg if bound.get(bid) is arg else self._param(bid, arg)   # checked before
                   for p, (bid, arg) in enumerate(zip(program.params, args))]
         repeated = len({id(a) for a in params}) < len(params)
         for p in program.aliases.values():
@@ -81,12 +86,14 @@ class CpuExecutable:
         for bid, a in zip(program.params, params):
             self._bind(bid, a)
         # Fresh arrays for the other outputs: callers keep them as state.
-        outputs = self._outputs(params, lambda o: self._new_output(program.outputs[o]))
+        small = self._small
+        outputs = self._outputs(params, lambda o: small.get(o) if o in small else
+                                self._new_output(program.outputs[o]))
         for o, (bid, out) in enumerate(zip(program.outputs, outputs)):
             if o not in program.aliases:
                 self._bind(bid, out)
         self._entry(self._table_address)
-        return outputs
+        return [small[o].copy() if o in small else out for o, out in enumerate(outputs)]
 
     def run_steps(self, n, args, per_step, carried, stacked_outputs):
         """The cluster `n` times in one native call.
