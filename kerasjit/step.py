@@ -33,8 +33,9 @@ def _signature(flat):
 
 class CompiledStep:
     def __init__(self, fn, backend="auto", name=None, max_shapes=8, events=None, store=None,
-                 verbose=lambda: False):
+                 verbose=lambda: False, race=True):
         self.fn, self.backend, self.max_shapes = fn, get_backend(backend), max_shapes
+        self.race = race            # compiled clusters are timed against TensorFlow
         self.verbose = verbose      # whether to announce compiles (fit's verbosity)
         self.store = store          # a ResidentStore keeps variables as arrays between calls
         # Every trace-and-compile, as (perf_counter start, seconds, reason).
@@ -56,7 +57,7 @@ class CompiledStep:
         specs = [tf.TensorSpec(a.shape, a.dtype) for a in tensors]
         concrete = tf.function(pure, autograph=False).get_concrete_function(*specs)
         fg = functionalize(concrete)
-        program = build_program(fg, self.backend, self.max_shapes, self.events)
+        program = build_program(fg, self.backend, self.max_shapes, self.events, self.race)
         return (program, VariableState(fg.variables, fg.state_outputs, self.store),
                 out_structure[0])
 
@@ -131,10 +132,11 @@ class CompiledStep:
         return tf.nest.pack_sequence_as(out_structure, outputs)
 
 
-def jit(fn, backend="auto", max_shapes=8):
+def jit(fn, backend="auto", max_shapes=8, race=True):
     """Compile a TensorFlow function of tensors (the seed's `xla.compile`).
 
     Returns a callable taking arrays/tensors and returning numpy results;
-    variables it captures are read and updated as TensorFlow would.
+    variables it captures are read and updated as TensorFlow would. `race` as
+    for `wrap`.
     """
-    return CompiledStep(fn, backend, max_shapes=max_shapes)
+    return CompiledStep(fn, backend, max_shapes=max_shapes, race=race)

@@ -23,7 +23,7 @@ class JitState:
     """What wrap attaches to a model: the backend, its compiled steps, and what
     JitProfiler reads (`compile_events`, `buffer_bytes()`)."""
 
-    def __init__(self, model, backend, max_shapes):
+    def __init__(self, model, backend, max_shapes, race):
         self.backend = backend
         self.compile_events = []      # (perf_counter start, seconds, reason)
         # Steps keep variables as arrays between calls, in one store the three
@@ -33,10 +33,10 @@ class JitState:
         self.verbose = False          # set while a verbose fit runs: compiles say so
         announce = lambda: self.verbose     # noqa: E731
         self.train = CompiledStep(model.train_step, backend, "train_step", max_shapes,
-                                  self.compile_events, self.store, announce)
+                                  self.compile_events, self.store, announce, race)
         self.test, self.predict = (
             CompiledStep(step, backend, name, max_shapes, self.compile_events, self.store,
-                         announce)
+                         announce, race)
             for step, name in ((model.test_step, "test_step"),
                                (model.predict_step, "predict_step")))
 
@@ -142,13 +142,15 @@ _WRAPPED_METHODS = ("fit", *_ENTRIES, "make_train_function", "make_test_function
                     "make_predict_function")
 
 
-def wrap(model, backend="auto", max_shapes=8):
+def wrap(model, backend="auto", max_shapes=8, race=True):
     """Make `model` train, evaluate and predict through kerasjit; returns the model.
 
     backend: "auto" (best available), "reference" (the numpy evaluator), or a
     compiler backend. max_shapes: how many input shapes a cluster whose shapes
     are known only at run time is compiled for before it stays in TensorFlow.
-    Bad input raises before the model is changed.
+    race: time each compiled cluster against TensorFlow on its first calls and
+    keep TensorFlow where it is clearly faster (a compiler backend only; False
+    always runs compiled code). Bad input raises before the model is changed.
     """
     _check_model(model)
     previous = getattr(model, "_kerasjit", None)
@@ -156,7 +158,7 @@ def wrap(model, backend="auto", max_shapes=8):
         previous.store.flush()
         for name, method in previous.originals.items():
             setattr(model, name, method)
-    state = JitState(model, get_backend(backend), max_shapes)
+    state = JitState(model, get_backend(backend), max_shapes, race)
     state.originals = {name: getattr(model, name) for name in _WRAPPED_METHODS}
 
     def make_train_function(force=False):

@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..runtime.program import ClusterRun, Program, Specializer
+from ..runtime.race import Race
 from . import bridge
 from .functional import node_name, tensor_name
 from .partition import Node, partition
@@ -19,8 +20,9 @@ _SOURCE_OPS = {"Placeholder", "Const"}
 
 
 class Planner:
-    def __init__(self, fg, backend, cap=8, events=None):
+    def __init__(self, fg, backend, cap=8, events=None, race=True):
         self.fg, self.backend, self.cap, self.events = fg, backend, cap, events
+        self.race = race and getattr(backend, "races_tensorflow", False)
         self.by_name = {n.name: n for n in fg.nodes}
         self.sources = {n.name for n in fg.nodes if n.op in _SOURCE_OPS}
         self.consts = {n.name for n in fg.nodes if n.op == "Const"}
@@ -127,10 +129,12 @@ class Planner:
             runs.append(run)
             if cluster.kind != "compiled":
                 continue
+            name = f"'{members[0]}' ({len(members)} ops)"
             run.specializer = Specializer(self._compile_fn(fn, self._donations(members, inputs,
                                                                                outputs)),
-                                          f"'{members[0]}' ({len(members)} ops)", self.cap,
-                                          self.events)
+                                          name, self.cap, self.events)
+            if self.race:
+                run.race = Race(name)
             specs = self._input_specs(inputs)
             if specs is None:             # shapes known only at run time
                 continue
@@ -151,9 +155,11 @@ class Planner:
         return runs
 
 
-def build_program(fg, backend, cap=8, events=None):
-    """Program for `fg`; run-time compiles are appended to `events`."""
-    planner = Planner(fg, backend, cap, events)
+def build_program(fg, backend, cap=8, events=None, race=True):
+    """Program for `fg`; run-time compiles are appended to `events`. With `race`
+    (and a backend that races), each compiled cluster is timed against
+    TensorFlow on its first calls and the faster one keeps it."""
+    planner = Planner(fg, backend, cap, events, race)
     clusters = planner.plan()
     constants = {}
     for t in fg.outputs + list(fg.state_outputs.values()):

@@ -17,14 +17,28 @@ class ClusterRun:
     reason: str = ""            # why it runs in TensorFlow
     tf_function: object = None  # runs the cluster in TensorFlow
     specializer: object = None  # compiled clusters: shapes -> executable
+    race: object = None         # compiled clusters: timing it against TensorFlow (race.py)
 
     def run(self, args):
         if self.kind == "compiled":
             executable = self.specializer.get(args)
             if executable is not None:
-                return executable(args)
-        outs = self.tf_function(*args)
-        return [np.asarray(o) for o in outs]
+                if self.race is None or self.race.winner == "compiled":
+                    return executable(args)
+                if self.race.winner is None:
+                    outputs = self.race.run(args, executable, self._in_tensorflow)
+                    if self.race.winner == "tensorflow":
+                        self.kind, self.reason = "tensorflow", self.race.reason
+                    return outputs
+        return self._in_tensorflow(args)
+
+    def _in_tensorflow(self, args):
+        return [np.asarray(o) for o in self.tf_function(*args)]
+
+    @property
+    def settled(self):
+        """Compiled, with no race against TensorFlow still running."""
+        return self.kind == "compiled" and (self.race is None or self.race.winner is not None)
 
 
 class Specializer:
@@ -107,7 +121,7 @@ class Program:
         every step, stacked, with keep_all_outputs), or None where this program
         cannot: more than one cluster, TensorFlow clusters, a backend without it.
         """
-        if len(self.clusters) != 1 or self.clusters[0].kind != "compiled":
+        if len(self.clusters) != 1 or not self.clusters[0].settled:
             return None
         cluster, n = self.clusters[0], len(step_args[0])
         where = {t: i for i, t in enumerate(cluster.outputs)}

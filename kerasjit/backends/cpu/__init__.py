@@ -17,6 +17,7 @@ from .executable import CpuExecutable
 
 class CpuBackend:
     name = "cpu"
+    races_tensorflow = True     # a compiled cluster keeps its place only if faster (race.py)
 
     def __init__(self):
         self.loaded = {}    # cache key -> (record, entry address) linked into this process

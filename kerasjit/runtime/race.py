@@ -1,0 +1,51 @@
+"""Compiled or TensorFlow: whichever runs a cluster faster on this machine.
+
+A compiled cluster is not always the faster one: on CPUs where oneDNN's
+convolutions beat a patch matrix x sgemm several times over, TensorFlow's
+own kernels win a CNN's step. The first calls of a compiled cluster
+alternate between its executable and its TensorFlow function and time
+both; TensorFlow takes the cluster over only when clearly faster. Both run
+the same graph, so which one ran a call changes training by float rounding
+at most.
+"""
+import time
+import warnings
+
+# Call order: compiled, TensorFlow (untimed: it traces), then TRIALS timed calls each.
+TRIALS = 2
+# TensorFlow must be this much faster to take over: timings move by tens of
+# percent on a busy machine, and a wrong switch costs more than it saves.
+MARGIN = 0.8
+
+
+class Race:
+    def __init__(self, name):
+        self.name = name
+        self.times = {"compiled": [], "tensorflow": []}
+        self.calls = 0
+        self.winner = None          # "compiled" or "tensorflow" once decided
+
+    def run(self, args, compiled, tensorflow):
+        """Run one call of the race; decides after the last."""
+        contender = ("compiled", "tensorflow")[self.calls % 2]
+        start = time.perf_counter()
+        outputs = (compiled if contender == "compiled" else tensorflow)(args)
+        if self.calls >= 2:
+            self.times[contender].append(time.perf_counter() - start)
+        self.calls += 1
+        if self.calls == 2 + 2 * TRIALS:
+            self._decide()
+        return outputs
+
+    def _decide(self):
+        ours, theirs = min(self.times["compiled"]), min(self.times["tensorflow"])
+        self.winner = "tensorflow" if theirs < MARGIN * ours else "compiled"
+        if self.winner == "tensorflow":
+            warnings.warn(f"kerasjit: cluster {self.name} now runs in TensorFlow: {self.reason}",
+                          RuntimeWarning, stacklevel=5)
+
+    @property
+    def reason(self):
+        ours, theirs = min(self.times["compiled"]), min(self.times["tensorflow"])
+        return (f"TensorFlow ran it faster here ({1000 * theirs:.2f} vs "
+                f"{1000 * ours:.2f} ms per call compiled)")

@@ -1,0 +1,78 @@
+"""Compiled or TensorFlow, whichever is faster (runtime/race.py): a compiled
+cluster is timed against TensorFlow on its first calls and TensorFlow takes
+over only when clearly faster; the step stays right either way."""
+import time
+import warnings
+
+import keras
+import numpy as np
+import pytest
+
+import kerasjit
+from kerasjit.runtime.program import Specializer
+from kerasjit.runtime.race import TRIALS
+
+X = np.random.default_rng(0).normal(size=(64, 6)).astype(np.float32)
+Y = keras.utils.to_categorical(np.random.default_rng(1).integers(0, 3, 64), 3)
+
+
+def model(**wrap_kwargs):
+    keras.utils.set_random_seed(3)
+    m = keras.Sequential([keras.Input((6,)), keras.layers.Dense(5, activation="relu"),
+                          keras.layers.Dense(3, activation="softmax")])
+    m.compile(optimizer="sgd", loss="categorical_crossentropy")
+    return kerasjit.wrap(m, **wrap_kwargs) if wrap_kwargs else m
+
+
+@pytest.fixture
+def slow_compiled_code(monkeypatch):
+    """Compiled executables that take 50 ms a call: TensorFlow must win."""
+    compile_for = Specializer.compile
+
+    def compile_slow(self, key):
+        compile_for(self, key)
+        fast = self.cache[key]
+
+        def slow(args):
+            time.sleep(0.05)
+            return fast(args)
+        self.cache[key] = slow
+    monkeypatch.setattr(Specializer, "compile", compile_slow)
+
+
+def train(m, epochs=2):
+    return m.fit(X, Y, batch_size=8, epochs=epochs, shuffle=False, verbose=0).history["loss"]
+
+
+def clusters(m):
+    (program, _, _), = m._kerasjit.train.programs.values()
+    return program.clusters
+
+
+def test_tensorflow_takes_over_a_cluster_it_runs_clearly_faster(slow_compiled_code):
+    plain = train(model())
+    wrapped = model(backend="cpu")
+    with pytest.warns(RuntimeWarning, match="now runs in TensorFlow: TensorFlow ran it faster"):
+        losses = train(wrapped)
+    np.testing.assert_allclose(losses, plain, rtol=1e-5)
+    (cluster,) = clusters(wrapped)
+    assert cluster.kind == "tensorflow" and "faster" in cluster.reason
+    assert len(cluster.race.times["compiled"]) == len(cluster.race.times["tensorflow"]) == TRIALS
+
+
+def test_compiled_code_that_is_faster_keeps_the_cluster():
+    wrapped = model(backend="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        train(wrapped)
+    (cluster,) = clusters(wrapped)
+    assert cluster.kind == "compiled" and cluster.race.winner == "compiled"
+
+
+@pytest.mark.parametrize("wrap_kwargs", [{"backend": "cpu", "race": False},
+                                         {"backend": "reference"}], ids=["race=False", "reference"])
+def test_no_race_without_one_asked_or_for_the_oracle(wrap_kwargs, slow_compiled_code):
+    wrapped = model(**wrap_kwargs)
+    train(wrapped, epochs=1)
+    (cluster,) = clusters(wrapped)
+    assert cluster.kind == "compiled" and cluster.race is None
