@@ -17,6 +17,8 @@ class ClusterInfo:
     specialized: str = ""  # "static" or "per run-time shape"
     kernels: list = field(default_factory=list)     # (name, generated source)
     fusion: list = field(default_factory=list)      # (producer, consumer, "fused" or reason)
+    in_place: int = 0    # outputs written over a donated input (variable updates in place)
+    race: str = ""       # how it fared against TensorFlow on its first calls ("" if no race)
 
 
 class Explanation:
@@ -33,7 +35,8 @@ class Explanation:
                 "" if c.kind != "compiled" else
                 "static" if module else "per run-time shape (none compiled yet)",
                 list(getattr(executable, "kernels", [])),
-                list(compiled.decisions) if compiled else []))
+                list(compiled.decisions) if compiled else [],
+                len(getattr(compiled, "aliases", {})), str(c.race) if c.race else ""))
 
     @property
     def kernels(self):
@@ -59,6 +62,10 @@ class Explanation:
                     kept = "; ".join(f"{n}x {why}" for why, n in reasons.most_common(4))
                     lines.append(f"        fusion: {fused} of {len(c.fusion)} producer->consumer "
                                  f"edges fused, {len(c.kernels) - 1} kernels; unfused: {kept}")
+                if c.in_place:
+                    lines.append(f"        {c.in_place} variable update(s) written in place")
+                if c.race:
+                    lines.append(f"        race: {c.race}")
             else:
                 lines.append(f"  [{i}] TensorFlow: {ops}\n        why: {c.reason}")
         return "\n".join(lines)

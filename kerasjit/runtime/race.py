@@ -44,6 +44,13 @@ class Race:
             warnings.warn(f"kerasjit: cluster {self.name} now runs in TensorFlow: {self.reason}",
                           RuntimeWarning, stacklevel=5)
 
+    def __str__(self):
+        if self.winner is None:
+            return f"racing TensorFlow ({self.calls} of {2 + 2 * TRIALS} calls)"
+        ours, theirs = min(self.times["compiled"]), min(self.times["tensorflow"])
+        return (f"compiled {1000 * ours:.3f} ms vs TensorFlow {1000 * theirs:.3f} ms per "
+                f"call: runs {self.winner}")
+
     @property
     def reason(self):
         ours, theirs = min(self.times["compiled"]), min(self.times["tensorflow"])
