@@ -3,6 +3,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import keras
+import numpy as np
 
 from .hlo import print_module
 from .step import CompiledStep
@@ -83,7 +84,11 @@ def explain(model_or_fn, *example_inputs, backend="auto"):
         model = model_or_fn
         state = getattr(model, "_kerasjit", None)
         step = state.train if state else CompiledStep(model.train_step, backend, "train_step")
-        (program, _, _), _ = step.program_for(tuple(example_inputs))
+        # As fit feeds them: floating-point arrays cast to Keras's float type.
+        batch = tuple(np.asarray(a, keras.backend.floatx())
+                      if a is not None and np.asarray(a).dtype.kind == "f" else a
+                      for a in example_inputs)
+        (program, _, _), _ = step.program_for(batch)
         return Explanation(f"{model.name}.train_step", program)
     step = model_or_fn if isinstance(model_or_fn, CompiledStep) else \
         CompiledStep(model_or_fn, backend)
