@@ -16,14 +16,15 @@ from . import engine
 _NAME = "kerasjit_run_steps"
 _I64 = ir.IntType(64)
 _PTR = ir.PointerType()
-_address = None
+_driver = None
 
 
 def _driver_ir():
     """void run_steps(entry, table, n, k, slots, pointers):
     for s < n: for j < k: table[slots[j]] = pointers[j * n + s]; entry(table)"""
     module = ir.Module(name=_NAME)
-    entry_type = ir.FunctionType(ir.VoidType(), [_PTR]).as_pointer()   # prints as ptr
+    # A typed pointer: llvmlite takes an indirect call's signature from its callee's type.
+    entry_type = ir.FunctionType(ir.VoidType(), [_PTR]).as_pointer()
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(),
                                              [entry_type, _PTR, _I64, _I64, _PTR, _PTR]), _NAME)
     entry, table, n, k, slots, pointers = fn.args
@@ -58,14 +59,14 @@ def _driver_ir():
     return module
 
 
-def run_steps():
-    """The driver as a ctypes function (built and linked once per process)."""
-    global _address
-    if _address is None:
-        module = engine.optimize(_driver_ir())
-        _address = engine.load_object(engine.object_code(module), _NAME)
-    return _DRIVER(_address)
-
-
 _DRIVER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                            ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def run_steps():
+    """The driver as a ctypes function (built and linked once per process)."""
+    global _driver
+    if _driver is None:
+        module = engine.optimize(_driver_ir())
+        _driver = _DRIVER(engine.load_object(engine.object_code(module), _NAME))
+    return _driver
