@@ -29,6 +29,7 @@ from kerasjit.kernels.ir import ChunkIndex, ChunkLoop, GemmCall, LoopKernel, Red
 from kerasjit.kernels.lower import lower
 from kerasjit.passes import optimize
 
+from structured_cases import LOOP_ONLY, rand
 from elementwise_cases import (FLOAT_BINARY, FLOAT_UNARY, INT_BINARY, INT_UNARY,
                                elementwise_module)
 
@@ -235,14 +236,9 @@ ENTRY %e (p: pred[4,5], a: {d}[4,5], b: {d}[4,5]) -> ({d}[4,5], {d}[4,5]) {{
     return cases
 
 
-def rand(*dims, seed=0):
-    return np.random.default_rng(seed).standard_normal(dims).astype(np.float32)
-
-
 # Structured ops whose programs have no GEMM: only loop kernels run here.
 STRUCTURED = {
-    "reductions": (lambda x: (tf.reduce_sum(x, 0), tf.reduce_max(x, [1, 2]), tf.reduce_mean(x),
-                              tf.argmax(x, 1), tf.reduce_min(x, 2)), (rand(3, 4, 5),)),
+    **LOOP_ONLY,
     "int_matmul": (lambda a, b: tf.matmul(a, b),
                    (np.arange(12, dtype=np.int32).reshape(3, 4) - 5,
                     np.arange(8, dtype=np.int32).reshape(4, 2))),
@@ -251,20 +247,6 @@ STRUCTURED = {
                   (rand(2, 7, 6, 3), rand(3, 3, 3, 2, seed=1))),
     "maxpool_grad": (lambda x: tf.gradients(tf.reduce_sum(
         tf.nn.max_pool2d(x, 3, 2, "SAME") ** 2), x)[0], (rand(2, 7, 8, 2),)),
-    "avgpool_grad": (lambda x: tf.gradients(tf.reduce_sum(
-        tf.nn.avg_pool2d(x, 3, 2, "SAME") ** 2), x)[0], (rand(2, 7, 7, 2),)),
-    "softmax_xent": (lambda x, y: tf.nn.softmax_cross_entropy_with_logits(y, x),
-                     (rand(6, 10), np.eye(10, dtype=np.float32)[np.arange(6)])),
-    "indexing": (lambda x: (tf.transpose(x, [2, 0, 1])[:, ::-1, 1:4], tf.reverse(x, [1]),
-                            tf.pad(x, [[1, 0], [0, 2], [1, 1]]), tf.concat([x, 2 * x], 1),
-                            tf.tile(x, [1, 2, 1]), tf.cumsum(x, axis=1)), (rand(3, 4, 5),)),
-    "dynamic_slice": (lambda x, i: tf.slice(x, [i, 1], [2, 3]), (rand(5, 6), np.int32(2))),
-    "philox_u32": (lambda k, c: tf.raw_ops.StatelessRandomUniformFullIntV2(
-        shape=[5, 7], key=k, counter=c, alg=1, dtype=tf.uint32),
-        (np.array([12345], np.uint64), np.array([2**64 - 3, 5], np.uint64))),
-    "philox_u64": (lambda k, c: tf.raw_ops.StatelessRandomUniformFullIntV2(
-        shape=[3, 3], key=k, counter=c, alg=1, dtype=tf.uint64),
-        (np.array([99], np.uint64), np.array([7, 0], np.uint64))),
 }
 
 

@@ -10,12 +10,12 @@ w updates of one weight are one pass over memory, though other weights'
 updates come between them in post-order).
 """
 from ..hlo.opcodes import BROADCAST, ELEMENTWISE, OPAQUE, REDUCE
+from .aliasing import alias_donated
 from .conv_gemm import conv_as_gemm
 from .expressions import EXPRESSIONS, Unsupported, elementwise, op_of
-from .ir import (S64, Buffer, ChunkLoop, Const, GemmCall, Index, KernelProgram, Load, LoopKernel,
+from .ir import (S64, Buffer, Const, GemmCall, Index, KernelProgram, Load, LoopKernel,
                  Var, walk)
-from .aliasing import alias_donated
-from .storage import assign_storage
+from .storage import assign_storage, writes
 
 __all__ = ["lower", "Unsupported"]
 
@@ -36,15 +36,6 @@ class _NotInKernel(Exception):
 
 def _is_tuple_producer(inst):
     return inst.shape.is_tuple and inst.opcode != "tuple"
-
-
-def _writes(step):
-    """Buffer ids a step writes."""
-    if isinstance(step, ChunkLoop):
-        return set().union(*map(_writes, step.steps))
-    if isinstance(step, GemmCall):
-        return {step.out}
-    return {bid for bid, _ in step.stores}
 
 
 def lower(module, donate=None):
@@ -188,7 +179,7 @@ class _Lowering:
         # Kernels built elsewhere (convolution layouts, copies) have no values to share.
         index, values = self.kernel_state.setdefault(
             id(kernel), (self._loop_index(len(kernel.dims)), {}))
-        unready = set().union(*map(_writes, self.steps[pos:]))
+        unready = set().union(*map(writes, self.steps[pos:]))
         try:
             value = self._expr_in(inst, index, values, unready, pos)
         except _NotInKernel:

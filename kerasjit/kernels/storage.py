@@ -9,16 +9,23 @@ new one; a reused slot grows to its largest tenant.
 from .ir import ChunkLoop, GemmCall, Load, walk
 
 
+def writes(step):
+    """Buffer ids a step writes."""
+    if isinstance(step, ChunkLoop):
+        return set().union(*map(writes, step.steps))
+    if isinstance(step, GemmCall):
+        return {step.out}
+    return {bid for bid, _ in step.stores}
+
+
 def touched(step):
     """Buffer ids a step reads or writes."""
     if isinstance(step, ChunkLoop):
-        return set().union(*(touched(s) for s in step.steps))
+        return set().union(*map(touched, step.steps))
     if isinstance(step, GemmCall):
         return {step.lhs, step.rhs, step.out}
-    ids = {bid for bid, _ in step.stores}
-    for _, expr in step.stores:
-        ids.update(node.buffer for node in walk(expr) if isinstance(node, Load))
-    return ids
+    return writes(step) | {node.buffer for _, expr in step.stores for node in walk(expr)
+                           if isinstance(node, Load)}
 
 
 def assign_storage(program):

@@ -24,7 +24,7 @@ _KERAS_ITERATOR = tf_trainer.TFEpochIterator
 _FEEDING = contextvars.ContextVar("kerasjit_feeding", default=False)
 # The Keras internals used here (Keras 3's TF trainer and epoch iterator); a Keras
 # without them keeps every input on its tf.data path.
-_SUPPORTED = all(hasattr(EpochIterator, name) for name in ("__iter__", "_enumerate_iterator"))
+_SUPPORTED = hasattr(EpochIterator, "_enumerate_iterator")
 
 
 class ArrayEpochIterator(EpochIterator):

@@ -37,8 +37,11 @@ class Race:
             self._decide()
         return outputs
 
+    def _best(self):
+        return min(self.times["compiled"]), min(self.times["tensorflow"])
+
     def _decide(self):
-        ours, theirs = min(self.times["compiled"]), min(self.times["tensorflow"])
+        ours, theirs = self._best()
         self.winner = "tensorflow" if theirs < MARGIN * ours else "compiled"
         if self.winner == "tensorflow":
             warnings.warn(f"kerasjit: cluster {self.name} now runs in TensorFlow: {self.reason}",
@@ -47,12 +50,12 @@ class Race:
     def __str__(self):
         if self.winner is None:
             return f"racing TensorFlow ({self.calls} of {2 + 2 * TRIALS} calls)"
-        ours, theirs = min(self.times["compiled"]), min(self.times["tensorflow"])
+        ours, theirs = self._best()
         return (f"compiled {1000 * ours:.3f} ms vs TensorFlow {1000 * theirs:.3f} ms per "
                 f"call: runs {self.winner}")
 
     @property
     def reason(self):
-        ours, theirs = min(self.times["compiled"]), min(self.times["tensorflow"])
+        ours, theirs = self._best()
         return (f"TensorFlow ran it faster here ({1000 * theirs:.2f} vs "
                 f"{1000 * ours:.2f} ms per call compiled)")

@@ -2,8 +2,8 @@
 
 A step reads its variables' values before it runs and returns their updates.
 Reading and writing TensorFlow variables on every step costs more than a
-small model's arithmetic, so a ResidentStore keeps the training step's
-values as arrays from step to step and writes them to the Keras variables
+small model's arithmetic, so a ResidentStore keeps the values (shared by a
+model's train, test and predict steps) as arrays from step to step and writes them to the Keras variables
 only when someone can look (the Keras glue calls `flush` at those points).
 """
 import tensorflow as tf

@@ -85,9 +85,10 @@ class CpuExecutable:
         params = self._params(args)
         for bid, a in zip(program.params, params):
             self._bind(bid, a)
-        # Fresh arrays for the other outputs: callers keep them as state.
+        # The other outputs go to fresh arrays (callers keep them as state), small
+        # ones to the executable's own buffers, copied out after the call.
         small = self._small
-        outputs = self._outputs(params, lambda o: small.get(o) if o in small else
+        outputs = self._outputs(params, lambda o: small[o] if o in small else
                                 self._new_output(program.outputs[o]))
         for o, (bid, out) in enumerate(zip(program.outputs, outputs)):
             if o not in program.aliases:
@@ -100,9 +101,8 @@ class CpuExecutable:
 
         args: per parameter, its value (for indices in `per_step`, a list of n
         values: step s reads the s-th, in place, without stacking copies).
-        carried: parameter index ->
-        output index whose value the parameter takes from the step before
-        (variables). Outputs in `stacked_outputs` come back with a leading [n]
+        carried: parameter index -> output index whose value the parameter
+        takes from the step before (variables). Outputs in `stacked_outputs` come back with a leading [n]
         axis (every step's value); the others hold the last step's. A donated
         parameter is updated in place, so it needs no carrying.
         """
