@@ -1,6 +1,7 @@
 """Structured ops (TensorFlow functions with their inputs) that every backend
-is checked on against the evaluator. Their programs have no GEMM, so the CUDA
-tests' C++ harness runs them too; each backend's tests add their own."""
+is checked on against the evaluator. LOOP_ONLY programs have no GEMM, so the
+CUDA renderer's tests run them through the C++ harness alone; DOT_CONV_POOL
+adds dots, every convolution form and pooling gradients."""
 import numpy as np
 import tensorflow as tf
 
@@ -27,4 +28,33 @@ LOOP_ONLY = {
     "philox_u64": (lambda k, c: tf.raw_ops.StatelessRandomUniformFullIntV2(
         shape=[3, 3], key=k, counter=c, alg=1, dtype=tf.uint64),
         (np.array([99], np.uint64), np.array([7, 0], np.uint64))),
+}
+
+
+def conv_and_grads(strides, padding, dilations=1):
+    def fn(x, w):
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch([x, w])
+            y = tf.nn.conv2d(x, w, strides, padding, dilations=dilations)
+            loss = tf.reduce_sum(y * y)
+        return y, tape.gradient(loss, x), tape.gradient(loss, w)
+    return fn
+
+
+DOT_CONV_POOL = {
+    "matmul": (lambda a, b: tf.matmul(a, b), (rand(5, 7), rand(7, 3))),
+    "matmul_transposed": (lambda a, b: tf.matmul(a, b, transpose_a=True, transpose_b=True),
+                          (rand(7, 5), rand(3, 7))),
+    "batch_matmul": (lambda a, b: tf.matmul(a, b), (rand(2, 5, 7), rand(2, 7, 3))),
+    "int_matmul": (lambda a, b: tf.matmul(a, b),
+                   (np.arange(12, dtype=np.int32).reshape(3, 4), np.ones((4, 2), np.int32))),
+    "conv_same_stride1": (conv_and_grads(1, "SAME"), (rand(2, 9, 9, 3), rand(3, 3, 3, 4))),
+    "conv_valid_stride2": (conv_and_grads(2, "VALID"), (rand(2, 11, 10, 3), rand(5, 5, 3, 2))),
+    "conv_dilated": (conv_and_grads(1, "SAME", 2), (rand(1, 9, 9, 2), rand(3, 3, 2, 3))),
+    "depthwise": (lambda x, w: tf.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "SAME"),
+                  (rand(2, 6, 6, 3), rand(3, 3, 3, 2))),
+    "maxpool_and_grad": (lambda x: tf.gradients(tf.reduce_sum(
+        tf.nn.max_pool2d(x, 2, 2, "VALID") ** 2), x)[0], (rand(2, 8, 9, 3),)),
+    "maxpool_same_grad": (lambda x: tf.gradients(tf.reduce_sum(
+        tf.nn.max_pool2d(x, 3, 2, "SAME") ** 2), x)[0], (rand(1, 7, 7, 2),)),
 }

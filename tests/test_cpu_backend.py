@@ -20,7 +20,7 @@ from kerasjit.hlo.opcodes import ELEMENTWISE, OPCODES
 from kerasjit.hlo.shape import DTYPES
 from kerasjit.kernels.lower import Unsupported
 
-from structured_cases import LOOP_ONLY, rand
+from structured_cases import DOT_CONV_POOL, LOOP_ONLY, rand
 from elementwise_cases import (FLOAT_BINARY, FLOAT_UNARY, INT_BINARY, INT_UNARY,
                                elementwise_module)
 
@@ -147,36 +147,9 @@ def bridge(fn, *args):
     return hlo_module(fn, *[tf.constant(a) for a in args])
 
 
-def conv_and_grads(strides, padding, dilations=1):
-    def fn(x, w):
-        with tf.GradientTape(persistent=True) as tape:
-            tape.watch([x, w])
-            y = tf.nn.conv2d(x, w, strides, padding, dilations=dilations)
-            loss = tf.reduce_sum(y * y)
-        return y, tape.gradient(loss, x), tape.gradient(loss, w)
-    return fn
-
-
-STRUCTURED = {
-    **LOOP_ONLY,
-    "matmul": (lambda a, b: tf.matmul(a, b), (rand(5, 7), rand(7, 3))),
-    "matmul_transposed": (lambda a, b: tf.matmul(a, b, transpose_a=True, transpose_b=True),
-                          (rand(7, 5), rand(3, 7))),
-    "batch_matmul": (lambda a, b: tf.matmul(a, b), (rand(2, 5, 7), rand(2, 7, 3))),
-    "int_matmul": (lambda a, b: tf.matmul(a, b),
-                   (np.arange(12, dtype=np.int32).reshape(3, 4), np.ones((4, 2), np.int32))),
-    "conv_same_stride1": (conv_and_grads(1, "SAME"), (rand(2, 9, 9, 3), rand(3, 3, 3, 4))),
-    "conv_valid_stride2": (conv_and_grads(2, "VALID"), (rand(2, 11, 10, 3), rand(5, 5, 3, 2))),
-    "conv_dilated": (conv_and_grads(1, "SAME", 2), (rand(1, 9, 9, 2), rand(3, 3, 2, 3))),
-    "depthwise": (lambda x, w: tf.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "SAME"),
-                  (rand(2, 6, 6, 3), rand(3, 3, 3, 2))),
-    "maxpool_and_grad": (lambda x: tf.gradients(tf.reduce_sum(
-        tf.nn.max_pool2d(x, 2, 2, "VALID") ** 2), x)[0], (rand(2, 8, 9, 3),)),
-    "maxpool_same_grad": (lambda x: tf.gradients(tf.reduce_sum(
-        tf.nn.max_pool2d(x, 3, 2, "SAME") ** 2), x)[0], (rand(1, 7, 7, 2),)),
-    "one_hot_range": (lambda i: (tf.one_hot(i, 5), tf.range(7) * 2),
-                      (np.array([0, 3, 1, 4], np.int32),)),
-}
+STRUCTURED = {**LOOP_ONLY, **DOT_CONV_POOL,
+              "one_hot_range": (lambda i: (tf.one_hot(i, 5), tf.range(7) * 2),
+                                (np.array([0, 3, 1, 4], np.int32),))}
 
 
 @pytest.mark.parametrize("name", STRUCTURED)

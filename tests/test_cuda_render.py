@@ -2,15 +2,13 @@
 
 Compile: every loop kernel of real train steps goes through nvcc for sm_80
 and sm_90 with warnings as errors. Numerics: the same kernel source, built
-by g++ as C++ with the CUDA names defined by a small host harness (the
-thread grid becomes two loops), is run on random inputs and compared with
+by g++ as C++ (cuda_host.py), is run on random inputs and compared with
 the numpy evaluator: every elementwise opcode per dtype, and the structured
 ops whose kernels are not GEMMs (dots and depthwise convolution as
 reductions, select-and-scatter, variadic reductions, Philox bits).
 """
-import ctypes
 import functools
-import shutil
+import math
 import subprocess
 
 import keras
@@ -20,7 +18,8 @@ import tensorflow as tf
 
 from kerasjit import workloads
 from kerasjit.backends.gpu.cuda_ops import PRELUDE
-from kerasjit.backends.gpu.cuda_render import launch_plan, render_program
+from kerasjit.backends.gpu.cuda_render import kernel_names, render_program
+from kerasjit.backends.gpu.executable import GpuExecutable
 from kerasjit.frontend.bridge import hlo_module, literals_from_proto
 from kerasjit.hlo import parse_module
 from kerasjit.hlo.evaluator import evaluate
@@ -29,47 +28,12 @@ from kerasjit.kernels.ir import ChunkIndex, ChunkLoop, GemmCall, LoopKernel, Red
 from kerasjit.kernels.lower import lower
 from kerasjit.passes import optimize
 
+from cuda_host import HostDevice, Library, tool
 from structured_cases import LOOP_ONLY, rand
 from elementwise_cases import (FLOAT_BINARY, FLOAT_UNARY, INT_BINARY, INT_UNARY,
                                elementwise_module)
 
 INTS = ["s8", "u8", "s16", "u16", "s32", "u32", "s64", "u64"]
-
-# The CUDA names the kernels use, for a host C++ compiler. Launching is two
-# loops over the grid; kernels have no barriers or shared memory, so running
-# threads one after another is a valid schedule.
-HARNESS = r"""
-#include <cmath>
-#include <cstring>
-#define __global__
-#define __device__
-#define __forceinline__ inline
-struct kj_uint3 { unsigned x, y, z; };
-static kj_uint3 blockIdx, threadIdx, blockDim, gridDim;
-static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
-static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
-static inline int __popc(unsigned x) { return __builtin_popcount(x); }
-static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
-static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
-static inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
-extern "C" void kj_launch(void (*kernel)(void**, long long), void** buffers, long long chunk,
-                          unsigned blocks, unsigned threads) {
-    gridDim.x = blocks;
-    blockDim.x = threads;
-    for (blockIdx.x = 0; blockIdx.x < blocks; ++blockIdx.x)
-        for (threadIdx.x = 0; threadIdx.x < threads; ++threadIdx.x)
-            kernel(buffers, chunk);
-}
-"""
-# Fewer threads than most iteration spaces: the grid-stride loop goes round.
-GRID = (3, 32)
-
-
-def tool(name):
-    path = shutil.which(name) or shutil.which(f"/usr/local/bin/{name}")
-    if path is None:
-        pytest.fail(f"{name} not found on PATH: the CUDA renderer's tests need it")
-    return path
 
 
 def program_of(module):
@@ -129,20 +93,23 @@ def test_train_steps_cover_every_kernel_kind():
                for n in nodes)                                              # Philox
 
 
-def test_launch_plan_lists_every_step():
+def test_executable_launches_every_step_in_order(tmp_path):
+    """ChunkLoops unrolled: each chunk runs its kernels and GEMMs with its index."""
     program = train_step_program("conv_bn")
-    plan = launch_plan(program, "m")
-    _, kernels = render_program(program, "m")
+    names = {id(step): name for name, step in kernel_names(program, "m")}
+    executable = GpuExecutable(program, HostDevice(tmp_path), names, [])
 
-    def flatten(entries):
-        for e in entries:
-            yield from flatten(e["steps"]) if "chunks" in e else [e]
-    flat = list(flatten(plan))
-    assert [e["kernel"] for e in flat if "kernel" in e] == [n for n, _ in kernels]
-    assert sum("gemm" in e for e in flat) == sum(isinstance(s, GemmCall)
-                                                 for s in all_steps(program.steps))
-    assert any("chunks" in e for e in plan)
-    assert all(e["elements"] > 0 for e in flat if "kernel" in e)
+    def expected(steps, chunk=0):
+        for step in steps:
+            if isinstance(step, ChunkLoop):
+                for c in range(step.count):
+                    yield from expected(step.steps, c)
+            elif isinstance(step, GemmCall):
+                yield ("gemm", step, chunk)
+            else:
+                yield ("kernel", names[id(step)], math.prod(step.dims), chunk)
+    assert executable._launches == list(expected(program.steps))
+    assert any(isinstance(s, ChunkLoop) for s in program.steps)
 
 
 # ------------------------------------------------------------------ numerics
@@ -254,7 +221,6 @@ class Harness:
     """Every numerics case's kernels in one g++-built library (one compiler run)."""
 
     def __init__(self, tmp):
-        gxx = tool("g++")
         rng = np.random.default_rng(0)
         self.cases = {}
         for name, (build, make_args) in elementwise_cases().items():
@@ -267,45 +233,15 @@ class Harness:
             program = program_of(module)
             self.programs[name] = (program, f"case{i}", want)
             sources += [src for _, src in render_program(program, f"case{i}")[1]]
-        (tmp / "cases.cpp").write_text("\n".join(sources))
-        (tmp / "harness.h").write_text(HARNESS)
-        done = subprocess.run([gxx, "-std=c++17", "-O1", "-shared", "-fPIC", "-include",
-                               str(tmp / "harness.h"), "-o", str(tmp / "cases.so"),
-                               str(tmp / "cases.cpp")], capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr[-4000:]
-        self.lib = ctypes.CDLL(str(tmp / "cases.so"))
-        self.lib.kj_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong,
-                                       ctypes.c_uint, ctypes.c_uint]
+        self.library = Library("\n".join(sources), tmp)
+        self.device = HostDevice(tmp)
 
     def run(self, name):
         """(outputs from the compiled kernels, outputs from the evaluator)."""
         program, prefix, want = self.programs[name]
-        args = self.cases[name][1]
-        arrays = []
-        for buf in program.buffers:
-            if buf.role == "constant":
-                a = np.array(buf.data, DTYPES[buf.dtype])
-            else:   # garbage where nothing was written yet
-                a = np.frombuffer(np.full(buf.nbytes, 0xA5, np.uint8).tobytes(),
-                                  DTYPES[buf.dtype]).copy()
-            arrays.append(a.reshape(buf.dims))
-        for bid, arg in zip(program.params, args):
-            arrays[bid] = np.array(arg, DTYPES[program.buffers[bid].dtype]).reshape(
-                program.buffers[bid].dims)
-        table = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
-
-        def execute(plan, chunk):
-            for entry in plan:
-                if "chunks" in entry:
-                    for c in range(entry["chunks"]):
-                        execute(entry["steps"], c)
-                else:
-                    assert "gemm" not in entry, "a GEMM cannot run in the host harness"
-                    self.lib.kj_launch(ctypes.cast(self.lib[entry["kernel"]], ctypes.c_void_p),
-                                       table, chunk, *GRID)
-        execute(launch_plan(program, prefix), 0)
-        want = list(want) if isinstance(want, tuple) else [want]
-        return [arrays[bid] for bid in program.outputs], want
+        kernels = {id(step): (self.library, n) for n, step in kernel_names(program, prefix)}
+        got = GpuExecutable(program, self.device, kernels, [])(self.cases[name][1])
+        return got, list(want) if isinstance(want, tuple) else [want]
 
 
 @pytest.fixture(scope="module")

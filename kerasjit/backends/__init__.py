@@ -4,8 +4,11 @@ Registered by name and imported lazily, so a CPU-only install never imports
 a GPU toolkit.
 """
 import importlib
+import importlib.util
+import warnings
 
-_BACKENDS = {"reference": "kerasjit.backends.reference", "cpu": "kerasjit.backends.cpu"}
+_BACKENDS = {"reference": "kerasjit.backends.reference", "cpu": "kerasjit.backends.cpu",
+             "gpu": "kerasjit.backends.gpu"}
 
 
 def available():
@@ -13,12 +16,26 @@ def available():
 
 
 def get_backend(name):
-    """A backend object from its name (a backend object passes through)."""
+    """A backend object from its name (a backend object passes through).
+
+    "auto" is the GPU where CuPy is installed and runs kernels on a device,
+    else the CPU. "gpu" without a usable GPU warns with the reason and gives
+    the CPU backend.
+    """
     if not isinstance(name, str):
         return name
-    if name == "auto":
-        name = "cpu"
-    if name not in _BACKENDS:
+    if name not in ("auto", *_BACKENDS):
         raise ValueError(f"unknown kerasjit backend {name!r}; choose one of "
                          f"{', '.join(['auto', *available()])}")
+    if name == "gpu" or name == "auto" and importlib.util.find_spec("cupy") is not None:
+        from . import gpu
+        try:
+            return gpu.open_backend()
+        except gpu.GpuUnavailable as e:
+            if name == "gpu":
+                warnings.warn(f"kerasjit: no GPU backend: {e}; using the CPU backend",
+                              RuntimeWarning, stacklevel=3)
+        name = "cpu"
+    if name == "auto":
+        name = "cpu"
     return importlib.import_module(_BACKENDS[name]).BACKEND

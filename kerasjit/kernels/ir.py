@@ -122,6 +122,23 @@ class GemmCall:
     rhs_rows_per_chunk: int = 0   # inside a ChunkLoop: B starts at row chunk * this
     accumulate: bool = False      # chunks after the first add into C (beta = 1)
 
+    def column_major(self):
+        """The product as a column-major BLAS (Fortran BLAS, cuBLAS) computes it on
+        row-major data, C^T = op(B)^T op(A)^T: (transpose first, transpose second,
+        m, n, k, ld first, ld second, ld out) in sgemm's argument order, where the
+        first operand is B (rhs) and the second A (lhs)."""
+        return (self.rhs_transposed, self.lhs_transposed, self.n, self.m, self.k,
+                self.k if self.rhs_transposed else self.n,
+                self.m if self.lhs_transposed else self.k, self.n)
+
+    def chunk_strides(self):
+        """Elements (C, B) move on by from one chunk of a ChunkLoop to the next."""
+        return self.out_rows_per_chunk * self.n, self.rhs_rows_per_chunk * self.n
+
+    def beta(self, chunk):
+        """0 where C is overwritten, 1 where this chunk adds into it."""
+        return 1.0 if self.accumulate and chunk > 0 else 0.0
+
 
 @dataclass
 class ChunkLoop:

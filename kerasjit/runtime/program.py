@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import tensorflow as tf
 
+from .arrays import array, host
+
 
 @dataclass(eq=False)
 class ClusterRun:
@@ -33,7 +35,7 @@ class ClusterRun:
         return self._in_tensorflow(args)
 
     def _in_tensorflow(self, args):
-        return [np.asarray(o) for o in self.tf_function(*args)]
+        return [np.asarray(o) for o in self.tf_function(*map(host, args))]
 
     @property
     def settled(self):
@@ -110,7 +112,7 @@ class Program:
         new_state = list(state)
         for i, t in self.state_outputs.items():
             new_state[i] = values[t]
-        return [values[t] for t in self.outputs], new_state
+        return [host(values[t]) for t in self.outputs], new_state
 
     def run_steps(self, step_args, state, keep_all_outputs=False):
         """len(step_args[0]) steps in one native call: step_args hold, per step
@@ -139,7 +141,7 @@ class Program:
         args = [sources[t] for t in cluster.inputs]
         per_step = {p for p, t in enumerate(cluster.inputs) if t in self.inputs}
         executable = cluster.specializer.get(
-            [np.asarray(a[0] if p in per_step else a) for p, a in enumerate(args)])
+            [array(a[0] if p in per_step else a) for p, a in enumerate(args)])
         if executable is None or not hasattr(executable, "run_steps"):
             return None
         carried = {p: carried_from[t] for p, t in enumerate(cluster.inputs) if t in carried_from}
@@ -147,4 +149,4 @@ class Program:
         new_state = list(state)
         for i, t in self.state_outputs.items():
             new_state[i] = outs[where[t]]
-        return [outs[where[t]] for t in self.outputs], new_state
+        return [host(outs[where[t]]) for t in self.outputs], new_state

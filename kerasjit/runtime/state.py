@@ -8,6 +8,8 @@ only when someone can look (the Keras glue calls `flush` at those points).
 """
 import tensorflow as tf
 
+from .arrays import host
+
 
 class ResidentStore:
     """Latest values of variables, by identity; `dirty` ones are newer than Keras's."""
@@ -19,7 +21,7 @@ class ResidentStore:
         """Write newer values to the variables and forget them all, so the next
         step reads whatever the variables hold then (a callback may change them)."""
         for var, value in self.dirty.values():
-            var.assign(value)
+            var.assign(host(value))
         self.values, self.dirty = {}, {}
 
 
@@ -52,7 +54,7 @@ class VariableState:
     def write(self, values):
         if self.store is None:
             if self._write:
-                self._write(*[tf.constant(values[i]) for i in self.written])
+                self._write(*[tf.constant(host(values[i])) for i in self.written])
             return
         for i in self.written:
             var = self.variables[i]

@@ -220,9 +220,9 @@ def _buffer_pointer(b, table, bid):
 
 
 def _gemm(b, sgemm, call, table, chunk, threads_local=None):
-    """sgemm on row-major data: C^T = op(B)^T op(A)^T in BLAS's column-major terms.
-    A small one runs on this thread alone when `threads_local` (OpenBLAS's
-    per-thread setter) is given (blas.SINGLE_THREAD_MNK)."""
+    """sgemm on row-major data (GemmCall.column_major). A small one runs on
+    this thread alone when `threads_local` (OpenBLAS's per-thread setter) is
+    given (blas.SINGLE_THREAD_MNK)."""
     i32, f32, i8 = ir.IntType(32), ir.FloatType(), ir.IntType(8)
 
     def by_reference(ty, value):      # Fortran BLAS takes every argument by pointer
@@ -230,17 +230,18 @@ def _gemm(b, sgemm, call, table, chunk, threads_local=None):
             slot = b.alloca(ty)
         b.store(ir.Constant(ty, value), slot)
         return slot
-    m, n, k = call.m, call.n, call.k
+    trans_b, trans_a, m, n, k, ld_b, ld_a, ld_c = call.column_major()
 
-    def rows_into(pointer, rows_per_chunk):
-        offset = b.mul(chunk, ir.Constant(I64, rows_per_chunk * n))
+    def chunk_start(pointer, stride):
+        offset = b.mul(chunk, ir.Constant(I64, stride))
         return b.gep(pointer, [offset], inbounds=True, source_etype=f32)
+    out_stride, rhs_stride = call.chunk_strides()
     out = _buffer_pointer(b, table, call.out)
-    if call.out_rows_per_chunk:
-        out = rows_into(out, call.out_rows_per_chunk)
+    if out_stride:
+        out = chunk_start(out, out_stride)
     rhs = _buffer_pointer(b, table, call.rhs)
-    if call.rhs_rows_per_chunk:
-        rhs = rows_into(rhs, call.rhs_rows_per_chunk)
+    if rhs_stride:
+        rhs = chunk_start(rhs, rhs_stride)
     beta = by_reference(f32, 0.0)
     if call.accumulate:               # the first chunk overwrites, later ones add
         b.store(b.select(b.icmp_signed("==", chunk, ir.Constant(I64, 0)),
@@ -249,13 +250,11 @@ def _gemm(b, sgemm, call, table, chunk, threads_local=None):
     if alone:
         previous = b.call(threads_local, [ir.Constant(i32, 1)])
     b.call(sgemm, [
-        by_reference(i8, ord("T" if call.rhs_transposed else "N")),
-        by_reference(i8, ord("T" if call.lhs_transposed else "N")),
-        by_reference(i32, n), by_reference(i32, m), by_reference(i32, k),
-        by_reference(f32, 1.0),
-        rhs, by_reference(i32, k if call.rhs_transposed else n),
-        _buffer_pointer(b, table, call.lhs), by_reference(i32, m if call.lhs_transposed else k),
-        beta, out, by_reference(i32, n)])
+        by_reference(i8, ord("T" if trans_b else "N")), by_reference(i8, ord("T" if trans_a else "N")),
+        by_reference(i32, m), by_reference(i32, n), by_reference(i32, k),
+        by_reference(f32, 1.0), rhs, by_reference(i32, ld_b),
+        _buffer_pointer(b, table, call.lhs), by_reference(i32, ld_a),
+        beta, out, by_reference(i32, ld_c)])
     if alone:
         b.call(threads_local, [previous])
 

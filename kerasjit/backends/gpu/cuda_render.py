@@ -6,7 +6,7 @@ div/mod. Per element, the expression DAG is rendered once into typed const
 locals (memoised, like the CPU renderer's values); a Reduce becomes an
 inner loop nest over mutable accumulator locals, with its Vars bound to
 those locals and to the body values. GemmCall steps are left to the host
-(cuBLAS): launch_plan says where they run between kernels.
+(cuBLAS, between the kernels: executable.py).
 """
 import math
 import re
@@ -185,23 +185,3 @@ def render_program(program, name="cluster"):
     """(complete .cu source, [(kernel name, kernel source)]) for every loop kernel."""
     kernels = [(n, render_kernel(program, k, n)) for n, k in kernel_names(program, name)]
     return PRELUDE + "\n" + "\n".join(src for _, src in kernels), kernels
-
-
-def launch_plan(program, name="cluster"):
-    """The steps as a host runs them: a list of
-    {"kernel": name, "elements": iteration count} (launch with `chunk`),
-    {"gemm": GemmCall} (cuBLAS), {"chunks": count, "steps": [...]} (run the steps
-    with chunk = 0 .. count-1)."""
-    names = iter(n for n, _ in kernel_names(program, name))
-
-    def plan(steps):
-        out = []
-        for step in steps:
-            if isinstance(step, ChunkLoop):
-                out.append({"chunks": step.count, "steps": plan(step.steps)})
-            elif isinstance(step, GemmCall):
-                out.append({"gemm": step})
-            else:
-                out.append({"kernel": next(names), "elements": math.prod(step.dims)})
-        return out
-    return plan(program.steps)

@@ -1,0 +1,102 @@
+"""A compiled cluster on a device: its buffers resident there, kernels launched in order.
+
+Every buffer of the program has a fixed place in device memory for the
+executable's life (temporaries share slots as on the CPU), and the table of
+their addresses the kernels index is uploaded once: so the launches of a
+call are the same every time, and after the first call they are captured
+as one CUDA graph and replayed. A call copies its arguments into the
+parameter buffers, except an array this executable handed out for a
+donated parameter (a variable updated in place: passed back, it is already
+there); outputs are copied out to new device arrays, except donated ones.
+
+`device` supplies the memory, the kernels and cuBLAS (device.py); tests run
+the same executable on a host emulation of it.
+"""
+import math
+
+from ...hlo.shape import DTYPES
+from ...kernels.ir import ChunkLoop, GemmCall
+
+
+class GpuExecutable:
+    def __init__(self, program, device, functions, kernels):
+        """functions: id(LoopKernel) -> the device's compiled function;
+        kernels: [(name, CUDA C)] for explain()."""
+        self.program, self.device, self.kernels = program, device, kernels
+        xp = device.xp
+        slots = [xp.empty(n, xp.uint8) for n in program.slot_bytes]
+        self._arrays = []
+        for buf in program.buffers:
+            dtype = DTYPES[buf.dtype]
+            if buf.role == "temp":
+                memory = slots[program.storage[buf.id]][:buf.nbytes]
+                self._arrays.append(memory.view(dtype).reshape(buf.dims))
+            elif buf.role == "constant":
+                self._arrays.append(device.upload(buf.data, dtype))
+            else:
+                self._arrays.append(xp.empty(tuple(buf.dims), dtype))
+        for o, p in program.aliases.items():      # written over its parameter
+            self._arrays[program.outputs[o]] = self._arrays[program.params[p]]
+        self._slots = slots
+        self._table = device.upload([device.pointer(a) for a in self._arrays], "uint64")
+        self._flat = [a.reshape(-1) for a in self._arrays]
+        self._launches = self._schedule(program.steps, functions)
+        self._graph, self._calls = None, 0
+
+    @property
+    def buffer_bytes(self):
+        return sum(s.nbytes for s in self._slots) + sum(
+            a.nbytes for b, a in zip(self.program.buffers, self._arrays) if b.role == "constant")
+
+    def _schedule(self, steps, functions, chunk=0):
+        """The call's launches in order: ("kernel", function, elements, chunk) and
+        ("gemm", GemmCall, chunk), ChunkLoops unrolled."""
+        launches = []
+        for step in steps:
+            if isinstance(step, ChunkLoop):
+                for c in range(step.count):
+                    launches += self._schedule(step.steps, functions, c)
+            elif isinstance(step, GemmCall):
+                launches.append(("gemm", step, chunk))
+            else:
+                launches.append(("kernel", functions[id(step)], math.prod(step.dims), chunk))
+        return launches
+
+    def _launch_all(self):
+        device, flat = self.device, self._flat
+        for launch in self._launches:
+            if launch[0] == "gemm":
+                _, call, chunk = launch
+                device.gemm(call, flat[call.out], flat[call.lhs], flat[call.rhs], chunk)
+            else:
+                _, function, elements, chunk = launch
+                device.launch(function, elements, self._table, chunk)
+
+    def _run(self):
+        # The first call loads the kernels and sets up cuBLAS; the second is captured.
+        self._calls += 1
+        if self._graph is None and self._calls == 2:
+            self._graph = self.device.capture(self._launch_all)
+        if self._graph is not None:
+            self.device.replay(self._graph)
+        else:
+            self._launch_all()
+
+    def _copy_in(self, bid, value):
+        target = self._arrays[bid]
+        if value is target:     # a donated buffer handed out by the last call
+            return
+        buf = self.program.buffers[bid]
+        if tuple(value.shape) != tuple(buf.dims):
+            raise ValueError(f"parameter {buf.name}: expected shape {tuple(buf.dims)}, "
+                             f"got {tuple(value.shape)}")
+        self.device.copy_into(target, value)
+
+    def __call__(self, args):
+        program = self.program
+        with self.device.ordered():
+            for bid, value in zip(program.params, args):
+                self._copy_in(bid, value)
+            self._run()
+            return [self._arrays[program.params[program.aliases[o]]] if o in program.aliases
+                    else self._arrays[bid].copy() for o, bid in enumerate(program.outputs)]

@@ -1,0 +1,121 @@
+"""CUDA kernels on the CPU: the GPU backend's code paths without a GPU.
+
+`build` compiles kerasjit's CUDA C with g++ as C++, the CUDA names defined by
+a small harness (a launch is two loops over the thread grid: the kernels
+have no barriers or shared memory, so running threads one after another is
+a valid schedule). `HostDevice` is the device interface of
+kerasjit/backends/gpu/device.py on top of it: numpy memory, these kernels,
+GEMMs by numpy, and "graphs" that replay the recorded launches.
+"""
+import contextlib
+import ctypes
+import itertools
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+HARNESS = r"""
+#include <cmath>
+#include <cstring>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+struct kj_uint3 { unsigned x, y, z; };
+static kj_uint3 blockIdx, threadIdx, blockDim, gridDim;
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+static inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
+extern "C" void kj_launch(void (*kernel)(void**, long long), void** buffers, long long chunk,
+                          unsigned blocks, unsigned threads) {
+    gridDim.x = blocks;
+    blockDim.x = threads;
+    for (blockIdx.x = 0; blockIdx.x < blocks; ++blockIdx.x)
+        for (threadIdx.x = 0; threadIdx.x < threads; ++threadIdx.x)
+            kernel(buffers, chunk);
+}
+"""
+# Fewer threads than most iteration spaces: the grid-stride loop goes round.
+GRID = (3, 32)
+_builds = itertools.count()
+
+
+def tool(name):
+    path = shutil.which(name) or shutil.which(f"/usr/local/bin/{name}")
+    if path is None:
+        pytest.fail(f"{name} not found on PATH: the CUDA renderer's tests need it")
+    return path
+
+
+class Library:
+    """Kernels of one CUDA C source, built for the host."""
+
+    def __init__(self, source, tmp):
+        n = next(_builds)
+        (tmp / "harness.h").write_text(HARNESS)
+        (tmp / f"k{n}.cpp").write_text(source)
+        done = subprocess.run([tool("g++"), "-std=c++17", "-O1", "-shared", "-fPIC", "-include",
+                               str(tmp / "harness.h"), "-o", str(tmp / f"k{n}.so"),
+                               str(tmp / f"k{n}.cpp")], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr[-4000:])
+        self.lib = ctypes.CDLL(str(tmp / f"k{n}.so"))
+        self.lib.kj_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong,
+                                       ctypes.c_uint, ctypes.c_uint]
+
+    def launch(self, name, table_address, chunk):
+        self.lib.kj_launch(ctypes.cast(self.lib[name], ctypes.c_void_p), table_address, chunk,
+                           *GRID)
+
+
+class HostDevice:
+    xp = np
+
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self.launches = 0           # kernel launches and GEMMs run, replays included
+
+    def upload(self, data, dtype):
+        return np.array(data, dtype)
+
+    @staticmethod
+    def pointer(array):
+        return array.ctypes.data
+
+    def copy_into(self, target, value):
+        np.copyto(target, np.asarray(value), casting="same_kind")
+
+    def ordered(self):
+        return contextlib.nullcontext()
+
+    def build(self, source, names):
+        library = Library(source, self.tmp)
+        return {n: (library, n) for n in names}
+
+    def launch(self, kernel, elements, table, chunk):
+        library, name = kernel
+        library.launch(name, table.ctypes.data, chunk)
+        self.launches += 1
+
+    def gemm(self, call, out, lhs, rhs, chunk):
+        m, n, k = call.m, call.n, call.k
+        out_start, rhs_start = (chunk * s for s in call.chunk_strides())
+        a = lhs[:m * k].reshape((k, m)).T if call.lhs_transposed else lhs[:m * k].reshape((m, k))
+        b = rhs[rhs_start:rhs_start + k * n]
+        b = b.reshape((n, k)).T if call.rhs_transposed else b.reshape((k, n))
+        c = out[out_start:out_start + m * n].reshape((m, n))
+        if call.beta(chunk):
+            c += a @ b
+        else:
+            c[...] = a @ b
+        self.launches += 1
+
+    def capture(self, launches):
+        return launches
+
+    def replay(self, graph):
+        graph()
