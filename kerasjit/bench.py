@@ -7,7 +7,8 @@ runs: an epoch of `fit` with default arguments (shuffled), optionally fit
 with steps_per_execution, and `evaluate` and `predict` over the same data.
 The first round holds tracing and compiling and is reported apart (compile =
 first round minus the median round); speed is the median of the remaining
-rounds. Writes reports/benchmark.csv and reports/benchmark.md.
+rounds. Writes reports/benchmark.csv and reports/benchmark.md (--name changes
+the stem; --backend picks kerasjit's backend, e.g. gpu).
 """
 import argparse
 import os
@@ -26,6 +27,7 @@ import tensorflow as tf  # noqa: E402
 
 import kerasjit  # noqa: E402
 from kerasjit import workloads  # noqa: E402
+from kerasjit.backends import get_backend  # noqa: E402
 
 CONTENDERS = ("keras", "keras_xla", "kerasjit")
 STEPS_PER_EXECUTION = 50
@@ -54,11 +56,11 @@ def _workloads(args):
     }
 
 
-def _make(contender, build, steps_per_execution=1):
+def _make(contender, build, backend, steps_per_execution=1):
     keras.utils.set_random_seed(0)
     model = build(jit_compile=(contender == "keras_xla"))
     model.steps_per_execution = steps_per_execution   # read when Keras builds its loop
-    return kerasjit.wrap(model) if contender == "kerasjit" else model
+    return kerasjit.wrap(model, backend=backend) if contender == "kerasjit" else model
 
 
 def _runner(mode, model, x, y, batch):
@@ -70,10 +72,10 @@ def _runner(mode, model, x, y, batch):
     return lambda: model.predict(x, batch_size=batch, verbose=0)
 
 
-def bench_model(name, work, rounds):
+def bench_model(name, work, rounds, backend="auto"):
     x, y = workloads.classification_data(work.steps * work.batch, work.input_shape, work.classes)
-    models = {c: _make(c, work.build) for c in CONTENDERS}
-    spe_models = {c: _make(c, work.build, STEPS_PER_EXECUTION) for c in CONTENDERS} \
+    models = {c: _make(c, work.build, backend) for c in CONTENDERS}
+    spe_models = {c: _make(c, work.build, backend, STEPS_PER_EXECUTION) for c in CONTENDERS} \
         if "fit_spe" in work.modes else {}
     runs = {(mode, c): _runner(mode, (spe_models if mode == "fit_spe" else models)[c],
                                x, y, work.batch)
@@ -106,7 +108,7 @@ def bench_model(name, work, rounds):
     return rows
 
 
-def machine():
+def machine(backend="auto"):
     cpu = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
@@ -114,18 +116,21 @@ def machine():
     except (OSError, StopIteration):
         pass
     from kerasjit.backends.cpu.engine import host_cpu_name
+    chosen = get_backend(backend)
+    gpus = len(tf.config.list_physical_devices("GPU"))
     return (f"{cpu} ({host_cpu_name()}), {psutil.cpu_count()} cores, "
             f"{psutil.virtual_memory().total / 2**30:.0f} GiB; "
-            f"TensorFlow {tf.__version__}, Keras {keras.__version__}, kerasjit "
-            f"{kerasjit.__version__}")
+            f"TensorFlow {tf.__version__} ({gpus} GPU(s) visible to it), Keras "
+            f"{keras.__version__}, kerasjit {kerasjit.__version__} on its "
+            f"{chosen.name} backend" + (f" ({chosen.device})" if chosen.name == "gpu" else ""))
 
 
-def write_reports(rows, out_dir, command):
+def write_reports(rows, out_dir, command, name="benchmark", backend="auto"):
     os.makedirs(out_dir, exist_ok=True)
     table = pd.DataFrame(rows)
-    table.to_csv(os.path.join(out_dir, "benchmark.csv"), index=False, float_format="%.6g")
+    table.to_csv(os.path.join(out_dir, f"{name}.csv"), index=False, float_format="%.6g")
     lines = ["# kerasjit benchmark", "",
-             f"Machine: {machine()}", "",
+             f"Machine: {machine(backend)}", "",
              f"Command: `{command}` ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
              "Median round after the first (compile) round; contenders interleaved round by "
              "round in one process. A round is one call: an epoch of `fit` with default "
@@ -139,7 +144,7 @@ def write_reports(rows, out_dir, command):
         lines.append(f"| {r['model']} | {r['mode']} | {r['contender']} | {r['ms_per_step']:.3f} | "
                      f"{r['speedup_vs_keras']:.2f}x | {r['compile_s']:.2f} | "
                      f"{r['first_round_rss_growth_mb']:.0f} |")
-    with open(os.path.join(out_dir, "benchmark.md"), "w") as f:
+    with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     return table
 
@@ -153,13 +158,16 @@ def main(argv=None):
     parser.add_argument("--cnn-steps", type=int, default=3, help="batches per epoch, CNN")
     parser.add_argument("--image-size", type=int, default=150)
     parser.add_argument("--models", nargs="*", help="subset of model names")
+    parser.add_argument("--backend", default="auto", help="kerasjit's backend (auto, cpu, gpu)")
     parser.add_argument("--out", default="reports")
+    parser.add_argument("--name", default="benchmark", help="report files: OUT/NAME.csv, .md")
     args = parser.parse_args(argv)
     rows = []
     for name, work in _workloads(args).items():
         if not args.models or name in args.models:
-            rows += bench_model(name, work, args.rounds)
-    table = write_reports(rows, args.out, "python -m kerasjit.bench " + " ".join(argv or []))
+            rows += bench_model(name, work, args.rounds, args.backend)
+    table = write_reports(rows, args.out, "python -m kerasjit.bench " + " ".join(argv or []),
+                          args.name, args.backend)
     print(table.to_string(index=False))
 
 

@@ -1,9 +1,13 @@
-"""The GPU backend's runtime without a GPU: GpuBackend and GpuExecutable on the
-host emulation of the device (cuda_host.py), which runs the very CUDA C the
-backend generates. What runs for real only on a GPU (NVRTC, cuBLAS, CUDA
-graphs, pinned uploads) is in test_gpu.py and the GPU check script.
+"""The GPU backend: GpuBackend and GpuExecutable on two devices.
+
+"host" is an emulation of the device (cuda_host.py) that runs the very CUDA C
+the backend generates, so CI checks the runtime without a GPU. "cuda" is the
+real one through CuPy (NVRTC, cuBLAS, CUDA graphs, pinned uploads): those
+tests are marked `gpu` and skipped where no GPU can be used, unless
+KERASJIT_REQUIRE_GPU=1 (examples/gpu_check.py sets it) makes that a failure.
 """
 import importlib.util
+import os
 import subprocess
 import sys
 import warnings
@@ -21,14 +25,22 @@ from kerasjit.backends.gpu import GpuBackend, HostExecutable
 from kerasjit.backends.gpu.executable import GpuExecutable
 from kerasjit.frontend.bridge import hlo_module
 from kerasjit.hlo.evaluator import evaluate
+from kerasjit.runtime.arrays import host
 
 from cuda_host import HostDevice
 from structured_cases import DOT_CONV_POOL, LOOP_ONLY
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory):
-    return GpuBackend(HostDevice(tmp_path_factory.mktemp("gpu")))
+@pytest.fixture(scope="module", params=["host", pytest.param("cuda", marks=pytest.mark.gpu)])
+def backend(request, tmp_path_factory):
+    if request.param == "host":
+        return GpuBackend(HostDevice(tmp_path_factory.mktemp("gpu")))
+    try:
+        return gpu.open_backend()
+    except gpu.GpuUnavailable as e:
+        if os.environ.get("KERASJIT_REQUIRE_GPU"):
+            pytest.fail(f"KERASJIT_REQUIRE_GPU is set but: {e}")
+        pytest.skip(f"no GPU: {e}")
 
 
 def check_against_evaluator(backend, fn, args):
@@ -38,7 +50,7 @@ def check_against_evaluator(backend, fn, args):
     executable = backend.compile(module)
     assert isinstance(executable, GpuExecutable)
     for _ in range(3):          # the first call runs, the second captures, the third replays
-        got = executable([np.asarray(a) for a in args])
+        got = [host(g) for g in executable([np.asarray(a) for a in args])]
         assert len(got) == len(want)
         for g, w in zip(got, want):
             assert g.shape == w.shape and g.dtype == w.dtype
@@ -64,9 +76,10 @@ def test_launches_are_replayed_after_the_first_call(backend):
     fn, args = DOT_CONV_POOL["conv_same_stride1"]
     executable = check_against_evaluator(backend, fn, args)
     assert executable._graph is not None
-    before = backend.device.launches
-    executable([np.asarray(a) for a in args])
-    assert backend.device.launches - before == len(executable._launches)
+    if isinstance(backend.device, HostDevice):
+        before = backend.device.launches
+        executable([np.asarray(a) for a in args])
+        assert backend.device.launches - before == len(executable._launches)
 
 
 def test_donated_variable_stays_in_place(backend):
@@ -82,8 +95,8 @@ def test_donated_variable_stays_in_place(backend):
     first, total = executable([w, g])
     second, _ = executable([first, g])
     assert second is first
-    np.testing.assert_allclose(second, 1 - 2 * 0.2, rtol=1e-6)   # two updates
-    assert float(total) == 24.0
+    np.testing.assert_allclose(host(second), 1 - 2 * 0.2, rtol=1e-6)   # two updates
+    assert float(host(total)) == 24.0
     np.testing.assert_array_equal(w, 1.0)       # the caller's array is not written
 
 
