@@ -1,7 +1,8 @@
 """The CUDA C renderer, without a GPU.
 
 Compile: every loop kernel of real train steps goes through nvcc for sm_80
-and sm_90 with warnings as errors. Numerics: the same kernel source, built
+and sm_90 with warnings as errors, and through NVRTC (nvrtc.py) as the GPU
+backend compiles them on the device. Numerics: the same kernel source, built
 by g++ as C++ (cuda_host.py), is run on random inputs and compared with
 the numpy evaluator: every elementwise opcode per dtype, and the structured
 ops whose kernels are not GEMMs (dots and depthwise convolution as
@@ -29,6 +30,7 @@ from kerasjit.kernels.lower import lower
 from kerasjit.passes import optimize
 
 from cuda_host import HostDevice, Library, tool
+from nvrtc import compile_cuda
 from structured_cases import LOOP_ONLY, rand
 from elementwise_cases import (FLOAT_BINARY, FLOAT_UNARY, INT_BINARY, INT_UNARY,
                                elementwise_module)
@@ -79,6 +81,15 @@ def test_train_step_kernels_compile_with_nvcc(name, tmp_path):
          "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
          str(tmp_path / "k.cu")], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-4000:]
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_train_step_kernels_compile_with_nvrtc(name):
+    """As CuPy's RawModule compiles them on the device (NVRTC, the backend's options)."""
+    source, kernels = render_program(train_step_program(name), name)
+    for arch in ("sm_80", "sm_90"):
+        ptx = compile_cuda(source, arch)
+        assert all(f".entry {n}(" in ptx for n, _ in kernels)
 
 
 def test_train_steps_cover_every_kernel_kind():

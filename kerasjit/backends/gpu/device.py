@@ -12,6 +12,7 @@ import numpy as np
 from ...kernels.ir import GemmCall
 
 THREADS = 256                   # per block; the kernels' grid-stride loops take any grid
+NVRTC_OPTIONS = ("--std=c++17",)
 BLOCKS_PER_SM = 32              # enough resident blocks to hide memory latency
 
 
@@ -69,7 +70,7 @@ class CupyDevice:
     # ------------------------------------------------------------ kernels
     def build(self, source, names):
         """{name: kernel} from CUDA C source, compiled by NVRTC for this device."""
-        module = self.xp.RawModule(code=source, options=("--std=c++17",))
+        module = self.xp.RawModule(code=source, options=NVRTC_OPTIONS)
         return {n: module.get_function(n) for n in names}
 
     def launch(self, kernel, elements, table, chunk):
