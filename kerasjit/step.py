@@ -2,9 +2,10 @@
 
 Each new input signature (structure, shapes, dtypes) is traced with
 tf.function, made pure (variables in, updates out), partitioned and lowered;
-later calls with that signature run the cached Program. Variables are read
-before and written after every call, so whoever looks at them between calls
-sees the compiled state.
+later calls with that signature run the cached Program (a program of one
+settled compiled cluster straight through its executable, the per-step
+lookups done once). Variables are read before and written after every call,
+so whoever looks at them between calls sees the compiled state.
 """
 import time
 
@@ -26,9 +27,52 @@ def _structure_key(obj):
     return obj is None
 
 
+class _NotArrays(Exception):
+    pass
+
+
+def _array_structure_key(obj, flat):
+    """_structure_key of a nest of tuples, lists, numpy arrays and Nones (Keras's
+    array batches), appending its leaves to `flat` in tf.nest.flatten's order
+    in the same pass; raises _NotArrays on anything else."""
+    kind = type(obj)
+    if kind is tuple or kind is list:
+        return (kind.__name__, *[_array_structure_key(x, flat) for x in obj])
+    if kind is not np.ndarray and obj is not None:
+        raise _NotArrays
+    flat.append(obj)
+    return obj is None
+
+
 def _signature(flat):
-    return tuple((tuple(a.shape), np.dtype(a.dtype).str) if a is not None else None
-                 for a in flat)
+    return tuple(None if a is None else (a.shape, a.dtype.str) for a in flat)
+
+
+def _packer(structure):
+    """tf.nest.pack_sequence_as(structure, ·); directly for a flat dict of
+    tensors (a step's logs: a quarter of tf.nest's cost)."""
+    if type(structure) is dict and all(type(k) is str and not tf.nest.is_nested(v)
+                                       for k, v in structure.items()):
+        order = sorted(structure)               # tf.nest's order of the values
+        slots = [(k, order.index(k)) for k in structure]
+        return lambda flat: {k: flat[i] for k, i in slots}
+    return lambda flat: tf.nest.pack_sequence_as(structure, flat)
+
+
+class _Run:
+    """One input signature's step, resolved once: its Program, variables and
+    output packing, and once it can, the direct route to its executable."""
+
+    def __init__(self, program, state, out_structure):
+        self.program, self.state, self.pack = program, state, _packer(out_structure)
+        self.direct = None
+
+    def __call__(self, tensors):
+        values = self.state.read()
+        self.direct = self.direct or self.program.bind(tensors, values)
+        outputs, new_state = (self.direct or self.program.run)(tensors, values)
+        self.state.write(new_state)
+        return outputs
 
 
 class CompiledStep:
@@ -42,6 +86,7 @@ class CompiledStep:
         self.events = events if events is not None else []
         self.name = name or getattr(fn, "__name__", "step")
         self.programs = {}          # (structure, signature) -> (Program, VariableState, out structure)
+        self._runs = {}             # (structure, signature) -> _Run
 
     def _trace(self, structure, flat):
         tensors = [a for a in flat if a is not None]
@@ -62,8 +107,13 @@ class CompiledStep:
                 out_structure[0])
 
     def _key(self, args):
-        flat = [None if a is None else np.asarray(a) for a in tf.nest.flatten(list(args))]
-        return (_structure_key(args), _signature(flat)), flat
+        flat = []
+        try:
+            structure = _array_structure_key(args, flat)
+        except _NotArrays:
+            flat = [None if a is None else np.asarray(a) for a in tf.nest.flatten(list(args))]
+            structure = _structure_key(args)
+        return (structure, _signature(flat)), flat
 
     def _program(self, key, flat, args):
         if key not in self.programs:
@@ -83,11 +133,14 @@ class CompiledStep:
         key, flat = self._key(args)
         return self._program(key, flat, args), [a for a in flat if a is not None]
 
+    def _run(self, key, flat, args):
+        run = self._runs.get(key)
+        if run is None:
+            run = self._runs[key] = _Run(*self._program(key, flat, args))
+        return run
+
     def __call__(self, *args):
-        (program, state, out_structure), tensors = self.program_for(*args)
-        outputs, new_state = program.run(tensors, state.read())
-        state.write(new_state)
-        return tf.nest.pack_sequence_as(out_structure, outputs)
+        return self.run_many([args])
 
     def run_many(self, batches, keep_all=False):
         """One step per element of `batches` (each a tuple of step arguments).
@@ -111,25 +164,21 @@ class CompiledStep:
             if len(results) > 1 else results[0]
 
     def _run_group(self, key, flats, args, keep_all):
-        program, state, out_structure = self._program(key, flats[0], args)
+        run = self._run(key, flats[0], args)
         steps = [[a for a in flat if a is not None] for flat in flats]
         ran = None
         if len(steps) > 1:
-            ran = program.run_steps([list(column) for column in zip(*steps)], state.read(),
-                                    keep_all)
+            ran = run.program.run_steps([list(column) for column in zip(*steps)],
+                                        run.state.read(), keep_all)
         if ran is not None:
             outputs, new_state = ran
             if keep_all:
                 outputs = [o.reshape((-1, *o.shape[2:])) for o in outputs]
-            state.write(new_state)
+            run.state.write(new_state)
         else:
-            per_step = []
-            for tensors in steps:
-                outputs, new_state = program.run(tensors, state.read())
-                state.write(new_state)
-                per_step.append(outputs)
+            per_step = [run(tensors) for tensors in steps]
             outputs = [np.concatenate(o) for o in zip(*per_step)] if keep_all else per_step[-1]
-        return tf.nest.pack_sequence_as(out_structure, outputs)
+        return run.pack(outputs)
 
 
 def jit(fn, backend="auto", max_shapes=8, race=True):

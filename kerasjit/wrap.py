@@ -122,15 +122,22 @@ def _entry(method, model, store):
 def _fit_entry(fit, model, state):
     @functools.wraps(fit)
     def call(*args, callbacks=None, verbose="auto", **kwargs):
-        callbacks = list(callbacks or [])
-        every_batch = any(_observes_batches(c) for c in callbacks)
+        given = callbacks.callbacks if isinstance(callbacks, keras.callbacks.CallbackList) \
+            else list(callbacks or [])
+        flush = _Flush(state.store, any(_observes_batches(c) for c in given))
+        if isinstance(callbacks, keras.callbacks.CallbackList):   # Keras uses it as given
+            flush.set_model(model)
+            callbacks.callbacks.insert(0, flush)
+        else:
+            callbacks = [flush, *given]
         state.verbose = verbose != 0
         try:
             return _entry(fit, model, state.store)(
-                *args, callbacks=[_Flush(state.store, every_batch), *callbacks],
-                verbose=verbose, **kwargs)
+                *args, callbacks=callbacks, verbose=verbose, **kwargs)
         finally:
             state.verbose = False
+            if flush in given:
+                given.remove(flush)
     return call
 
 

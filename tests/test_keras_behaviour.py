@@ -250,3 +250,26 @@ def test_csv_logger_and_progress_bar_show_keras_values(tmp_path, capsys):
         close([float(p[k]) for k in numbers], [float(w[k]) for k in numbers])
     out = capsys.readouterr().out
     assert out.count("6/6") >= 4 and out.count("Epoch 2/2") == 2
+
+
+def test_a_callback_list_is_taken_as_keras_takes_it():
+    """fit(callbacks=CallbackList(...)): Keras uses the list as given; a callback in
+    it reading the weights at an epoch's end sees the trained ones."""
+    class Weights(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.seen.append(self.model.get_weights()[0].copy())
+    seen = []
+    for wrapped in (False, True):
+        m = model(wrapped, race=False)
+        watcher = Weights()
+        callbacks = keras.callbacks.CallbackList([watcher], add_history=True, model=m)
+        given = list(callbacks.callbacks)
+        m.fit(X, Y, batch_size=16, epochs=2, shuffle=False, verbose=0, callbacks=callbacks)
+        assert callbacks.callbacks == given         # the list is left as it was given
+        seen.append(watcher.seen)
+    for plain, wrapped in zip(*seen):
+        close(plain, wrapped)

@@ -6,6 +6,7 @@ small model's arithmetic, so a ResidentStore keeps the values (shared by a
 model's train, test and predict steps) as arrays from step to step and writes them to the Keras variables
 only when someone can look (the Keras glue calls `flush` at those points).
 """
+import numpy as np
 import tensorflow as tf
 
 from .arrays import host
@@ -46,7 +47,9 @@ class VariableState:
         store = self.store
         if store is not None and all(id(v) in store.values for v in self.variables):
             return [store.values[id(v)] for v in self.variables]
-        values = [t.numpy() for t in self._read()] if self._read else []
+        # Arrays, also for scalars (numpy gives those as immutable scalars): an executable
+        # binds an array once and recognises it on later steps.
+        values = [np.asarray(t.numpy()) for t in self._read()] if self._read else []
         if store is not None:
             store.values.update((id(v), x) for v, x in zip(self.variables, values))
         return values

@@ -9,6 +9,16 @@ from .stepper import run_steps
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
+def _address(a):
+    """Where `a`'s data starts: through the buffer protocol, ~1 us less than
+    `a.ctypes.data` (paid for each new batch); read-only and empty arrays,
+    which it refuses, take the long way."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
+
+
 class CpuExecutable:
     def __init__(self, program, address, kernels):
         self.program, self.kernels = program, kernels   # kernels: [(name, LLVM IR)]
@@ -29,17 +39,17 @@ class CpuExecutable:
                 self._table[i] = a.ctypes.data
         # Buffer id -> the array whose address the table holds. Variables updated in
         # place come back as the same arrays every step, and fetching an address costs
-        # more (~2 us) than the identity test that skips it.
-        self._bound = {}
+        # more than the identity test that skips it. A bound parameter passed the checks.
+        self._bound = [None] * len(program.buffers)
+        self._specs = [(tuple(b.dims), DTYPES[b.dtype]) for b in program.buffers]
+        self._donated = [(p, program.params[p]) for p in sorted(set(program.aliases.values()))]
+        # Per output: (buffer id, index of the parameter donated to it, own buffer).
         # Small outputs (a step's loss and metrics) are written to buffers of the
         # executable's own and copied out: cheaper than a new array to bind per call.
-        self._small = {o: self._new_output(bid) for o, bid in enumerate(program.outputs)
-                       if o not in program.aliases and program.buffers[bid].nbytes <= 4096}
-
-    def _bind(self, bid, a):
-        if self._bound.get(bid) is not a:
-            self._table[bid] = a.ctypes.data
-            self._bound[bid] = a
+        self._plan = [(bid, program.aliases.get(o),
+                       self._new_output(bid) if o not in program.aliases
+                       and program.buffers[bid].nbytes <= 4096 else None)
+                      for o, bid in enumerate(program.outputs)]
 
     @property
     def buffer_bytes(self):
@@ -48,53 +58,56 @@ class CpuExecutable:
             a.nbytes for b, a in zip(self.program.buffers, self._arrays) if b.role == "constant")
 
     def _param(self, bid, arg):
-        buf = self.program.buffers[bid]
-        a = np.asarray(arg, DTYPES[buf.dtype], order="C")   # (ascontiguousarray makes 0-d 1-d)
-        if a.shape != tuple(buf.dims):
-            raise ValueError(f"parameter {buf.name}: expected shape {tuple(buf.dims)}, "
-                             f"got {a.shape}")
+        shape, dtype = self._specs[bid]
+        a = np.asarray(arg, dtype, order="C")   # (ascontiguousarray makes 0-d 1-d)
+        if a.shape != shape:
+            raise ValueError(f"parameter {self.program.buffers[bid].name}: expected shape "
+                             f"{shape}, got {a.shape}")
         return a
 
     def _new_output(self, bid, leading=()):
-        buf = self.program.buffers[bid]
-        return np.empty(leading + tuple(buf.dims), DTYPES[buf.dtype])
+        shape, dtype = self._specs[bid]
+        return np.empty(leading + shape, dtype)
+
+    def _bind(self, bids, arrays):
+        bound, table = self._bound, self._table
+        for bid, a in zip(bids, arrays):
+            if bound[bid] is not a:
+                table[bid] = _address(a)
+                bound[bid] = a
 
     def _params(self, args, per_step=()):
         """Checked parameter arrays (for indices in `per_step`, a list: one per
         step). A donated one, whose buffer becomes an output's, is copied if it
         is read-only or passed for another parameter too."""
-        program, bound = self.program, self._bound
+        bound = self._bound
         params = [[self._param(bid, a) for a in arg] if p in per_step else
-                  arg if bound.get(bid) is arg else self._param(bid, arg)   # checked before
-                  for p, (bid, arg) in enumerate(zip(program.params, args))]
-        repeated = len({id(a) for a in params}) < len(params)
-        for p in program.aliases.values():
+                  arg if bound[bid] is arg else self._param(bid, arg)
+                  for p, (bid, arg) in enumerate(zip(self.program.params, args))]
+        repeated = self._donated and len(set(map(id, params))) < len(params)
+        for p, bid in self._donated:
             a = params[p]
-            if not a.flags.writeable or repeated and sum(x is a for x in params) > 1:
+            if repeated and sum(x is a for x in params) > 1 or (
+                    bound[bid] is not a and not a.flags.writeable):
                 params[p] = a.copy()
         return params
 
-    def _outputs(self, params, make):
-        """Per output: its donated parameter's array, else make(output index)."""
-        aliases = self.program.aliases
-        return [params[aliases[o]] if o in aliases else make(o)
-                for o in range(len(self.program.outputs))]
+    def _outputs(self, params, own=False):
+        """Per output: its donated parameter's array, else (with `own`) the
+        executable's own small buffer, else a fresh array."""
+        return [params[p] if p is not None else small if own and small is not None
+                else self._new_output(bid) for bid, p, small in self._plan]
 
     def __call__(self, args):
-        program = self.program
         params = self._params(args)
-        for bid, a in zip(program.params, params):
-            self._bind(bid, a)
-        # The other outputs go to fresh arrays (callers keep them as state), small
+        self._bind(self.program.params, params)
+        # Outputs callers keep (the variables' new values) go to fresh arrays, small
         # ones to the executable's own buffers, copied out after the call.
-        small = self._small
-        outputs = self._outputs(params, lambda o: small[o] if o in small else
-                                self._new_output(program.outputs[o]))
-        for o, (bid, out) in enumerate(zip(program.outputs, outputs)):
-            if o not in program.aliases:
-                self._bind(bid, out)
+        outputs = self._outputs(params, own=True)
+        self._bind(self.program.outputs, outputs)   # (a donated one is bound already)
         self._entry(self._table_address)
-        return [small[o].copy() if o in small else out for o, out in enumerate(outputs)]
+        return [out if small is None else small.copy()
+                for (_, _, small), out in zip(self._plan, outputs)]
 
     def run_steps(self, n, args, per_step, carried, stacked_outputs):
         """The cluster `n` times in one native call.
@@ -110,8 +123,7 @@ class CpuExecutable:
         params = self._params(args, per_step)
         # Two alternating sets for outputs kept from the last step only: a step
         # reads the previous step's set (carried variables) and writes the other.
-        sets = [self._outputs(params, lambda o: self._new_output(program.outputs[o]))
-                for _ in range(min(n, 2))]
+        sets = [self._outputs(params) for _ in range(min(n, 2))]
         stacked = {o: self._new_output(program.outputs[o], (n,)) for o in stacked_outputs}
         slots, rows = [], []
 
@@ -120,21 +132,21 @@ class CpuExecutable:
             rows.append(np.broadcast_to(pointers, (n,)))
         for p, (bid, a) in enumerate(zip(program.params, params)):
             if p in per_step:
-                patch(bid, [x.ctypes.data for x in a])
+                patch(bid, [_address(x) for x in a])
             elif p in carried and carried[p] not in program.aliases:
-                written = [s[carried[p]].ctypes.data for s in sets]
-                patch(bid, np.concatenate([[a.ctypes.data], np.resize(written, n - 1)]))
+                written = [_address(s[carried[p]]) for s in sets]
+                patch(bid, np.concatenate([[_address(a)], np.resize(written, n - 1)]))
             else:
-                patch(bid, a.ctypes.data)
+                patch(bid, _address(a))
         for o, bid in enumerate(program.outputs):
             if o in stacked:
                 out = stacked[o]
-                patch(bid, out.ctypes.data + steps * (out.nbytes // n))
+                patch(bid, _address(out) + steps * (out.nbytes // n))
             elif o not in program.aliases:
-                patch(bid, np.resize([s[o].ctypes.data for s in sets], n))
+                patch(bid, np.resize([_address(s[o]) for s in sets], n))
         pointers = np.ascontiguousarray(np.stack(rows), dtype=np.int64)
         slots = np.asarray(slots, np.int64)
-        self._bound = {}          # the table now holds the last step's pointers
+        self._bound = [None] * len(self._bound)   # the table holds the last step's now
         run_steps()(ctypes.cast(self._entry, ctypes.c_void_p), self._table_address, n,
                     len(slots), slots.ctypes.data, pointers.ctypes.data)
         last = sets[(n - 1) % 2]
