@@ -39,6 +39,7 @@ NUMPY_LOGS = [
     # Nested dicts are flattened in sorted order, later keys overwriting earlier ones.
     {"val": {"x": np.array(1.5), "a": np.float64(2)}, "a": 3.5, "x": np.array(7, np.int64),
      "b": {"deep": {"ok": np.array(True)}}},
+    {"outputs": np.ones((4, 3), np.float32), "loss": np.float32(1)},    # predict's batch logs
     {}, None,
 ]
 OTHER_LOGS = [
@@ -46,6 +47,7 @@ OTHER_LOGS = [
     {"nested": {"loss": tf.constant([2.0])}, "a": np.float32(1)},
     {"name": "abc", "vector": np.arange(3.0), "none": None, "count": 3, "flag": True,
      "complex": np.array(1 + 2j), "number": np.array("4.5")},
+    {"single": np.ones((1, 1), np.float32)},
 ]
 
 
@@ -65,6 +67,22 @@ def test_numpy_logs_skip_the_tensor_test(logs, monkeypatch):
     assert tested == []
     python_utils.pythonify_logs(logs)       # outside a wrapped model's fit: Keras's own
     assert len(tested) >= 2
+
+
+@pytest.mark.parametrize("outputs", [
+    [np.ones((4, 3)), np.zeros((2, 3))], [np.arange(5.0)], [np.arange(3), np.arange(2)],
+    [np.ones((2, 3)), np.ones((2, 4))],     # ragged: Keras's own joining
+])
+def test_predict_outputs_are_joined_as_keras_joins_them(outputs):
+    from keras.src.backend.tensorflow import trainer
+    want = feed._KERAS_TO_NUMPY(feed._KERAS_CONCAT([tf.constant(o) for o in outputs]))
+    with feed.feeding(object()):
+        got = trainer.convert_to_np_if_not_ragged(trainer.potentially_ragged_concat(outputs))
+    if isinstance(want, tf.RaggedTensor):
+        assert isinstance(got, tf.RaggedTensor) and got.to_list() == want.to_list()
+    else:
+        assert type(got) is np.ndarray
+        np.testing.assert_array_equal(got, want)
 
 
 def test_a_plain_model_fit_after_a_wrapped_one_converts_logs_with_keras_code(monkeypatch):

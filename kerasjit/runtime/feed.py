@@ -31,6 +31,8 @@ from keras.src.utils import python_utils
 
 _KERAS_ITERATOR = tf_trainer.TFEpochIterator
 _KERAS_PYTHONIFY = python_utils.pythonify_logs
+_KERAS_CONCAT = tf_trainer.potentially_ragged_concat
+_KERAS_TO_NUMPY = tf_trainer.convert_to_np_if_not_ragged
 _FEEDING = contextvars.ContextVar("kerasjit_feeding", default=False)
 # The Keras internals used here (Keras 3's TF trainer and epoch iterator); a Keras
 # without them keeps every input on its tf.data path.
@@ -71,13 +73,16 @@ def _numeric(value):
 
 def _scalar_logs(logs, result):
     """Keras's pythonify_logs into `result`, in its order (sorted keys, nested
-    dicts flattened); False, leaving `result` partial, on a value not _numeric."""
+    dicts flattened); False, leaving `result` partial, on a value neither
+    _numeric nor an array of other than one element."""
     for key, value in sorted(logs.items()):
         if isinstance(value, dict):
             if not _scalar_logs(value, result):
                 return False
         elif _numeric(value):
             result[key] = float(value)
+        elif type(value) is np.ndarray and value.size != 1:    # (predict's outputs)
+            result[key] = value     # Keras's float() fails on it and keeps it as it is
         else:
             return False
     return True
@@ -92,12 +97,32 @@ def pythonify_logs(logs):
     return _KERAS_PYTHONIFY(logs)
 
 
+def active():
+    """Whether this is a wrapped model's fit/evaluate/predict with numpy batches."""
+    return _FEEDING.get()
+
+
+def potentially_ragged_concat(outputs):
+    """Stands in for Keras's: predict's per-batch outputs joined along the batch."""
+    if _FEEDING.get() and all(type(o) is np.ndarray and o.ndim for o in outputs) \
+            and len({o.shape[1:] for o in outputs}) == 1:
+        return np.concatenate(outputs) if len(outputs) > 1 else outputs[0]
+    return _KERAS_CONCAT([tf.constant(o) if type(o) is np.ndarray else o for o in outputs])
+
+
+def convert_to_np_if_not_ragged(x):
+    return x if _FEEDING.get() and type(x) is np.ndarray else _KERAS_TO_NUMPY(x)
+
+
 @contextlib.contextmanager
 def feeding(model):
     """Array inputs of `model`'s fit/evaluate/predict go to numpy batches in this
-    block, and batch logs of numpy scalars to floats quickly."""
+    block, batch logs of numpy scalars to floats quickly, and predict's numpy
+    outputs are joined as numpy."""
     tf_trainer.TFEpochIterator = epoch_iterator   # these act only under the context variable
     python_utils.pythonify_logs = pythonify_logs
+    tf_trainer.potentially_ragged_concat = potentially_ragged_concat
+    tf_trainer.convert_to_np_if_not_ragged = convert_to_np_if_not_ragged
     # Under a distribution strategy the batches must stay tf.data's (Keras builds the
     # model from a distributed batch first).
     token = _FEEDING.set(getattr(model, "_distribute_strategy", None) is None)
