@@ -34,6 +34,10 @@ from kerasjit.backends import get_backend  # noqa: E402
 
 CONTENDERS = ("keras", "keras_xla", "kerasjit")
 STEPS_PER_EXECUTION = 50
+# Before each timed call: the worker threads the previous call woke (TensorFlow's,
+# XLA's and OpenBLAS's pools spin a while before sleeping) must not steal the
+# cores from the next contender, as they would not in a process of its own.
+PAUSE_S = 0.5
 
 
 @dataclass
@@ -88,6 +92,7 @@ def bench_model(name, work, rounds, backend="auto"):
     process = psutil.Process()
     for r in range(rounds):
         for (mode, c), run in runs.items():
+            time.sleep(PAUSE_S)
             before = process.memory_info().rss
             start = time.perf_counter()
             run()

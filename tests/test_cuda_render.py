@@ -25,7 +25,8 @@ from kerasjit.frontend.bridge import hlo_module, literals_from_proto
 from kerasjit.hlo import parse_module
 from kerasjit.hlo.evaluator import evaluate
 from kerasjit.hlo.shape import DTYPES
-from kerasjit.kernels.ir import ChunkIndex, ChunkLoop, GemmCall, LoopKernel, Reduce, walk
+from kerasjit.kernels.ir import (ChunkIndex, ChunkLoop, GemmCall, LoopKernel, Reduce, leaf_steps,
+                                 walk)
 from kerasjit.kernels.lower import lower
 from kerasjit.passes import optimize
 
@@ -41,11 +42,6 @@ INTS = ["s8", "u8", "s16", "u16", "s32", "u32", "s64", "u64"]
 def program_of(module):
     optimize(module)
     return lower(module)
-
-
-def all_steps(steps):
-    for step in steps:
-        yield from all_steps(step.steps) if isinstance(step, ChunkLoop) else [step]
 
 
 # ------------------------------------------------------------------ compile
@@ -74,7 +70,7 @@ def test_train_step_kernels_compile_with_nvcc(name, tmp_path):
     nvcc = tool("nvcc")
     program = train_step_program(name)
     source, kernels = render_program(program, name)
-    assert len(kernels) == sum(isinstance(s, LoopKernel) for s in all_steps(program.steps))
+    assert len(kernels) == sum(isinstance(s, LoopKernel) for s in leaf_steps(program.steps))
     (tmp_path / "k.cu").write_text(source)
     done = subprocess.run(
         [nvcc, "-fatbin", "-Werror", "all-warnings", "-o", str(tmp_path / "k.fatbin"),
@@ -95,7 +91,7 @@ def test_train_step_kernels_compile_with_nvrtc(name):
 def test_train_steps_cover_every_kernel_kind():
     """The models above exercise what the renderer has to get right."""
     kernels = [s for n in ("mlp_dropout", "conv_bn")
-               for s in all_steps(train_step_program(n).steps) if isinstance(s, LoopKernel)]
+               for s in leaf_steps(train_step_program(n).steps) if isinstance(s, LoopKernel)]
     nodes = [node for k in kernels for _, e in k.stores for node in walk(e)]
     assert any(isinstance(n, Reduce) and len(n.accs) > 1 for n in nodes)    # variadic
     assert any(isinstance(n, ChunkIndex) for n in nodes)                    # conv patches
@@ -262,7 +258,7 @@ def harness(tmp_path_factory):
 
 def test_numerics_cases_are_loop_kernels_only(harness):
     for name, (program, _, _) in harness.programs.items():
-        assert all(isinstance(s, LoopKernel) for s in all_steps(program.steps)), name
+        assert all(isinstance(s, LoopKernel) for s in leaf_steps(program.steps)), name
 
 
 @pytest.mark.parametrize("name", [*elementwise_cases(), *STRUCTURED])

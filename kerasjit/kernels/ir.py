@@ -164,6 +164,16 @@ class KernelProgram:
     #                                                 buffer it is written over (aliasing.py)
 
 
+def leaf_steps(steps):
+    """The LoopKernels and GemmCalls of `steps` in program order, ChunkLoop bodies
+    included (once each, not per chunk)."""
+    for step in steps:
+        if isinstance(step, ChunkLoop):
+            yield from leaf_steps(step.steps)
+        else:
+            yield step
+
+
 def walk(expr, into_reductions=True):
     """Every node of an expression DAG once, operands before users. Without
     `into_reductions`, a Reduce's bodies (which run inside its loop) are skipped."""

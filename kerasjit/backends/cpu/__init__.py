@@ -4,15 +4,28 @@ KERASJIT_DEBUG=1 runs the HLO verifier after every pass; KERASJIT_DUMP_DIR=path
 writes the module after each pass there.
 """
 import dataclasses
+import math
 import os
 
 from ... import __version__
+from ...kernels.ir import LoopKernel, Reduce, leaf_steps, walk
 from ...kernels.lower import lower
 from ...passes import optimize
 from . import cache, engine
 from .blas import register_blas_symbols
 from .codegen import render_program
 from .executable import CpuExecutable
+
+# Iterations from which a kernel's loops gain from unrolling (below it, unrolling
+# only lengthens compiling: measured on the seed models).
+LONG_LOOP = 1 << 16
+
+
+def loop_work(kernel):
+    """Innermost iterations of a loop kernel: its elements times its longest reduction."""
+    folds = [math.prod(n.extents) for _, e in kernel.stores for n in walk(e)
+             if isinstance(n, Reduce)]
+    return math.prod(kernel.dims) * max(folds, default=1)
 
 
 class CpuBackend:
@@ -40,7 +53,9 @@ class CpuBackend:
             program = lower(module, donate)
             name = f"cluster_{key[:16]}"
             llvm_module, kernels = render_program(program, name, blas_threads_local)
-            code = engine.object_code(engine.optimize(llvm_module))
+            unroll = max((loop_work(k) for k in leaf_steps(program.steps)
+                          if isinstance(k, LoopKernel)), default=0) >= LONG_LOOP
+            code = engine.object_code(engine.optimize(llvm_module, unroll))
             # What the executable needs of the program; expressions live in the code now.
             record = {"program": dataclasses.replace(program, steps=[]),
                       "object": code, "entry": f"{name}_entry", "kernels": kernels}

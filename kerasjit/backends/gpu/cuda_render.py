@@ -11,8 +11,8 @@ those locals and to the body values. GemmCall steps are left to the host
 import math
 import re
 
-from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, Index, Load, LoopKernel, Op,
-                           Reduce, ReduceVar, Var, walk)
+from ...kernels.ir import (ChunkIndex, Const, Index, Load, LoopKernel, Op, Reduce, ReduceVar,
+                           Var, leaf_steps, walk)
 from .cuda_ops import PRELUDE, ctype, expression, literal, memory_ctype
 
 SIGNATURE = 'extern "C" __global__ void {name}(void** buffers, long long chunk)'
@@ -164,16 +164,8 @@ def _identifier(text):
 
 def kernel_names(program, name="cluster"):
     """[(C function name, LoopKernel)] in execution order, ChunkLoop bodies included."""
-    found = []
-
-    def visit(steps):
-        for step in steps:
-            if isinstance(step, ChunkLoop):
-                visit(step.steps)
-            elif isinstance(step, LoopKernel):
-                found.append((f"{name}_{len(found)}_{_identifier(step.name)}", step))
-    visit(program.steps)
-    return found
+    kernels = [s for s in leaf_steps(program.steps) if isinstance(s, LoopKernel)]
+    return [(f"{name}_{i}_{_identifier(k.name)}", k) for i, k in enumerate(kernels)]
 
 
 def render_kernel(program, kernel, name):
