@@ -1,6 +1,7 @@
 """Every check that needs a GPU, in one run of a few minutes.
 
-On a machine with a CUDA GPU, CuPy (`pip install -e ".[gpu,test]"`) and TensorFlow:
+On a machine with a CUDA GPU, CuPy with the CUDA libraries
+(`pip install -e ".[gpu,test]"`) and TensorFlow:
 
     python examples/gpu_check.py [--out reports] [--quick]
 
@@ -9,7 +10,7 @@ On a machine with a CUDA GPU, CuPy (`pip install -e ".[gpu,test]"`) and TensorFl
    op against the numpy evaluator, in-place variables, CUDA graph replay, and
    the softmax regression and MLP trained through `wrap(backend="gpu")` against
    plain Keras (tests/test_gpu_runtime.py, marker `gpu`);
-3. says whether a training step's launches were captured as a CUDA graph;
+3. says how many of a training step's clusters replay a captured CUDA graph;
 4. benchmarks plain Keras, Keras+XLA and kerasjit on the GPU
    (`python -m kerasjit.bench --backend gpu`), writing OUT/gpu_benchmark.md/.csv.
 
@@ -38,7 +39,8 @@ def run(command, log=None, **env):
 
 
 def graphs_captured():
-    """How many of an MLP train step's compiled clusters replay a CUDA graph."""
+    """How many of an MLP train step's compiled clusters replay a CUDA graph (those
+    without GEMMs: CuPy's cuBLAS calls refuse a capturing stream)."""
     import keras
     import kerasjit
     from kerasjit import workloads

@@ -86,7 +86,7 @@ class HostDevice:
     def pointer(array):
         return array.ctypes.data
 
-    def copy_into(self, target, value):
+    def copy_into(self, target, value, staging):
         np.copyto(target, np.asarray(value), casting="same_kind")
 
     def ordered(self):

@@ -127,9 +127,11 @@ class GemmCall:
         row-major data, C^T = op(B)^T op(A)^T: (transpose first, transpose second,
         m, n, k, ld first, ld second, ld out) in sgemm's argument order, where the
         first operand is B (rhs) and the second A (lhs)."""
-        return (self.rhs_transposed, self.lhs_transposed, self.n, self.m, self.k,
-                self.k if self.rhs_transposed else self.n,
+        lead = (self.k if self.rhs_transposed else self.n,
                 self.m if self.lhs_transposed else self.k, self.n)
+        # BLAS wants every leading dimension >= 1, also for an empty operand.
+        return (self.rhs_transposed, self.lhs_transposed, self.n, self.m, self.k,
+                *(max(1, d) for d in lead))
 
     def chunk_strides(self):
         """Elements (C, B) move on by from one chunk of a ChunkLoop to the next."""

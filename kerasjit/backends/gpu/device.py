@@ -1,11 +1,13 @@
 """The GPU as the executable sees it, through CuPy: memory, NVRTC kernels, cuBLAS, graphs.
 
 Everything runs on one stream of the device's own. It is a blocking stream,
-so copies CuPy makes on the default stream (`.get()` when TensorFlow or
-Keras needs a value) wait for the work queued on it. Input batches go
+so copies CuPy makes on the legacy default stream (`.get()` when TensorFlow
+or Keras needs a value) wait for the work queued on it; CuPy's per-thread
+default stream would not, so that setting is refused. Input batches go
 through pinned staging buffers, so their upload overlaps the host's work.
 """
 import importlib.util
+import os
 
 import numpy as np
 
@@ -32,7 +34,6 @@ class CupyDevice:
         self.handle = cupy.cuda.device.get_cublas_handle()
         # cuBLAS reads alpha and beta through host pointers when it is called.
         self._scalars = {v: np.full(1, v, np.float32) for v in (0.0, 1.0)}
-        self._staging = {}      # device address -> (pinned host array, event of its last copy)
 
     def __str__(self):
         return f"{self.name} ({self.arch})"
@@ -46,17 +47,20 @@ class CupyDevice:
     def pointer(array):
         return array.data.ptr
 
-    def copy_into(self, target, value):
-        """value (a host or device array) into the device array `target`."""
+    def copy_into(self, target, value, staging):
+        """value (a host or device array) into the device array `target`. A host
+        array goes through a pinned buffer kept in `staging` (the caller's dict,
+        so the buffers live as long as the caller's device arrays)."""
         if hasattr(value, "__cuda_array_interface__"):
-            self.xp.copyto(target, value, casting="same_kind")
+            self.xp.copyto(target, self.xp.asarray(value), casting="same_kind")
             return
         value = np.ascontiguousarray(value, target.dtype)
-        staged = self._staging.get(target.data.ptr)
+        staged = staging.get(target.data.ptr)
         if staged is None or staged[0].nbytes != value.nbytes:
             import cupyx
-            staged = (cupyx.empty_pinned(value.shape, value.dtype), self.xp.cuda.Event())
-            self._staging[target.data.ptr] = staged
+            staged = (cupyx.empty_pinned(value.shape, value.dtype),
+                      self.xp.cuda.Event(disable_timing=True))
+            staging[target.data.ptr] = staged
         pinned, copied = staged
         copied.synchronize()    # its previous upload has left the staging buffer
         pinned.reshape(value.shape)[...] = value
@@ -89,19 +93,24 @@ class CupyDevice:
 
     # ------------------------------------------------------------- graphs
     def capture(self, launches):
-        """`launches()` recorded as a CUDA graph (not run), or None where capturing fails."""
+        """`launches()` recorded as a CUDA graph (not run), or None where capturing
+        fails (the caller then launches them itself: nothing ran while capturing)."""
         try:
             self.stream.begin_capture()
         except Exception:
             return None
         try:
             launches()
-        finally:
+        except Exception:
             try:
-                graph = self.stream.end_capture()
+                self.stream.end_capture()
             except Exception:
-                graph = None
-        return graph
+                pass
+            return None
+        try:
+            return self.stream.end_capture()
+        except Exception:
+            return None
 
     def replay(self, graph):
         graph.launch(self.stream)
@@ -128,7 +137,10 @@ def open_device():
     """The current CUDA device through CuPy, checked; GpuUnavailable says why not.
     Without CuPy installed, CuPy is not imported at all."""
     if importlib.util.find_spec("cupy") is None:
-        raise GpuUnavailable("CuPy is not installed (pip install cupy-cuda12x)")
+        raise GpuUnavailable('CuPy is not installed (pip install "cupy-cuda12x[ctk]")')
+    if os.environ.get("CUPY_CUDA_PER_THREAD_DEFAULT_STREAM") == "1":
+        raise GpuUnavailable("CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1: results read on the "
+                             "per-thread default stream would not wait for kerasjit's stream")
     try:
         import cupy
     except Exception as e:
@@ -139,6 +151,11 @@ def open_device():
         raise GpuUnavailable(f"CUDA has no usable device here ({type(e).__name__}: {e})") from e
     if count == 0:
         raise GpuUnavailable("CuPy sees no CUDA device")
+    try:
+        from cupy_backends.cuda.libs import cublas, nvrtc  # noqa: F401
+    except ImportError as e:
+        raise GpuUnavailable(f"CUDA libraries missing ({e}); pip install "
+                             '"cupy-cuda12x[ctk]" or install the CUDA toolkit') from e
     try:
         device = CupyDevice(cupy)
         device.self_test()

@@ -4,7 +4,8 @@ Every buffer of the program has a fixed place in device memory for the
 executable's life (temporaries share slots as on the CPU), and the table of
 their addresses the kernels index is uploaded once: so the launches of a
 call are the same every time, and after the first call they are captured
-as one CUDA graph and replayed. A call copies its arguments into the
+as one CUDA graph and replayed (for clusters without GEMMs: CuPy's cuBLAS
+calls refuse a capturing stream). A call copies its arguments into the
 parameter buffers, except an array this executable handed out for a
 donated parameter (a variable updated in place: passed back, it is already
 there); outputs are copied out to new device arrays, except donated ones.
@@ -42,6 +43,10 @@ class GpuExecutable:
         self._flat = [a.reshape(-1) for a in self._arrays]
         self._launches = self._schedule(program.steps, functions)
         self._graph, self._calls = None, 0
+        # CuPy refuses cuBLAS calls while a stream is being captured: a cluster
+        # with GEMMs launches its steps one by one.
+        self._capturable = not any(launch[0] == "gemm" for launch in self._launches)
+        self._staging = {}      # pinned upload buffers, per parameter buffer
 
     @property
     def buffer_bytes(self):
@@ -75,7 +80,7 @@ class GpuExecutable:
     def _run(self):
         # The first call loads the kernels and sets up cuBLAS; the second is captured.
         self._calls += 1
-        if self._graph is None and self._calls == 2:
+        if self._graph is None and self._calls == 2 and self._capturable:
             self._graph = self.device.capture(self._launch_all)
         if self._graph is not None:
             self.device.replay(self._graph)
@@ -90,7 +95,7 @@ class GpuExecutable:
         if tuple(value.shape) != tuple(buf.dims):
             raise ValueError(f"parameter {buf.name}: expected shape {tuple(buf.dims)}, "
                              f"got {tuple(value.shape)}")
-        self.device.copy_into(target, value)
+        self.device.copy_into(target, value, self._staging)
 
     def __call__(self, args):
         program = self.program
