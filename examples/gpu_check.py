@@ -48,8 +48,7 @@ def graphs_captured():
     model = kerasjit.wrap(workloads.mlp(), backend="gpu")
     x, y = workloads.classification_data(640, (784,), 10)
     model.fit(x, y, batch_size=64, epochs=1, verbose=0)
-    executables = [e for program, _, _ in model._kerasjit.train.programs.values()
-                   for c in program.clusters if c.specializer for e in c.specializer.cache.values()]
+    executables = model._kerasjit.train.executables()
     graphs = sum(getattr(e, "_graph", None) is not None for e in executables)
     return graphs, len(executables)
 

@@ -8,8 +8,9 @@ with steps_per_execution, and `evaluate` and `predict` over the same data.
 The first round holds tracing and compiling and is reported apart (compile =
 first round minus the median round, kerasjit's compile cache empty; and again
 for a new copy of the model, its native code then from the cache); speed is
-the median of the remaining rounds. Writes reports/benchmark.csv and reports/benchmark.md (--name changes
-the stem; --backend picks kerasjit's backend, e.g. gpu).
+the median of the remaining rounds. Writes reports/benchmark.csv and
+reports/benchmark.md (--name changes the stem; --backend picks kerasjit's
+backend, e.g. gpu).
 """
 import argparse
 import os
@@ -79,6 +80,10 @@ def _runner(mode, model, x, y, batch):
     return lambda: model.predict(x, batch_size=batch, verbose=0)
 
 
+def _steps_per_execution(mode):
+    return STEPS_PER_EXECUTION if mode == "fit_spe" else 1
+
+
 def bench_model(name, work, rounds, backend="auto"):
     x, y = workloads.classification_data(work.steps * work.batch, work.input_shape, work.classes)
     models = {c: _make(c, work.build, backend) for c in CONTENDERS}
@@ -105,8 +110,7 @@ def bench_model(name, work, rounds, backend="auto"):
     # from the compile cache, as on every run after a model's first.
     cached = {}
     for mode in work.modes:
-        fresh = _make("kerasjit", work.build, backend,
-                      STEPS_PER_EXECUTION if mode == "fit_spe" else 1)
+        fresh = _make("kerasjit", work.build, backend, _steps_per_execution(mode))
         start = time.perf_counter()
         _runner(mode, fresh, x, y, work.batch)()
         cached[mode] = time.perf_counter() - start
@@ -118,7 +122,7 @@ def bench_model(name, work, rounds, backend="auto"):
             again = max(0.0, cached[mode] - median) if c == "kerasjit" else float("nan")
             rows.append({"model": name, "mode": mode, "contender": c, "batch": work.batch,
                          "steps": work.steps,
-                         "steps_per_execution": STEPS_PER_EXECUTION if mode == "fit_spe" else 1,
+                         "steps_per_execution": _steps_per_execution(mode),
                          "median_s": median, "ms_per_step": 1000 * median / work.steps,
                          "compile_s": max(0.0, times[mode, c][0] - median),
                          "compile_cached_s": again,

@@ -88,9 +88,9 @@ def explain(model_or_fn, *example_inputs, backend="auto"):
         batch = tuple(np.asarray(a, keras.backend.floatx())
                       if a is not None and np.asarray(a).dtype.kind == "f" else a
                       for a in example_inputs)
-        (program, _, _), _ = step.program_for(batch)
+        program = step.program_for(batch)
         return Explanation(f"{model.name}.train_step", program)
     step = model_or_fn if isinstance(model_or_fn, CompiledStep) else \
         CompiledStep(model_or_fn, backend)
-    (program, _, _), _ = step.program_for(*example_inputs)
+    program = step.program_for(*example_inputs)
     return Explanation(step.name, program)

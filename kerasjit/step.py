@@ -85,8 +85,7 @@ class CompiledStep:
         # Every trace-and-compile, as (perf_counter start, seconds, reason).
         self.events = events if events is not None else []
         self.name = name or getattr(fn, "__name__", "step")
-        self.programs = {}          # (structure, signature) -> (Program, VariableState, out structure)
-        self._runs = {}             # (structure, signature) -> _Run
+        self.programs = {}          # (structure, signature) -> _Run
 
     def _trace(self, structure, flat):
         tensors = [a for a in flat if a is not None]
@@ -103,8 +102,8 @@ class CompiledStep:
         concrete = tf.function(pure, autograph=False).get_concrete_function(*specs)
         fg = functionalize(concrete)
         program = build_program(fg, self.backend, self.max_shapes, self.events, self.race)
-        return (program, VariableState(fg.variables, fg.state_outputs, self.store),
-                out_structure[0])
+        return _Run(program, VariableState(fg.variables, fg.state_outputs, self.store),
+                    out_structure[0])
 
     def _key(self, args):
         flat = []
@@ -129,15 +128,15 @@ class CompiledStep:
                 print(f" {seconds:.1f} s", flush=True)
         return self.programs[key]
 
-    def program_for(self, *args):
-        key, flat = self._key(args)
-        return self._program(key, flat, args), [a for a in flat if a is not None]
+    def executables(self):
+        """Every executable compiled for this step, all signatures and shapes."""
+        return [e for run in self.programs.values() for c in run.program.clusters
+                if c.specializer for e in c.specializer.cache.values()]
 
-    def _run(self, key, flat, args):
-        run = self._runs.get(key)
-        if run is None:
-            run = self._runs[key] = _Run(*self._program(key, flat, args))
-        return run
+    def program_for(self, *args):
+        """The Program these arguments run (traced and compiled if new)."""
+        key, flat = self._key(args)
+        return self._program(key, flat, args).program
 
     def __call__(self, *args):
         return self.run_many([args])
@@ -164,7 +163,7 @@ class CompiledStep:
             if len(results) > 1 else results[0]
 
     def _run_group(self, key, flats, args, keep_all):
-        run = self._run(key, flats[0], args)
+        run = self._program(key, flats[0], args)
         steps = [[a for a in flat if a is not None] for flat in flats]
         ran = None
         if len(steps) > 1:

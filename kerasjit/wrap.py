@@ -15,7 +15,6 @@ import tensorflow as tf
 
 from .backends import get_backend
 from .runtime import feed
-from .runtime.feed import feeding
 from .runtime.state import ResidentStore
 from .step import CompiledStep
 
@@ -42,8 +41,8 @@ class JitState:
                                (model.predict_step, "predict_step")))
 
     def buffer_bytes(self):
-        return sum(program.buffer_bytes() for step in (self.train, self.test, self.predict)
-                   for program, _, _ in step.programs.values())
+        return sum(run.program.buffer_bytes() for step in (self.train, self.test, self.predict)
+                   for run in step.programs.values())
 
 
 def _check_model(model):
@@ -125,7 +124,7 @@ def _entry(method, model, store):
             return method(*args, **kwargs)    # an assign here would join the graph
         store.flush()
         try:
-            with feeding(model):
+            with feed.feeding(model):
                 return method(*args, **kwargs)
         finally:              # also on an exception or KeyboardInterrupt mid-epoch:
             store.flush()     # the variables then hold the last completed step

@@ -93,9 +93,7 @@ def test_training_updates_variables_in_place_and_matches_keras():
     wrapped.set_weights(plain.get_weights())
     for model in (plain, wrapped):
         model.fit(x, y, batch_size=64, epochs=2, shuffle=False, verbose=0)
-    (program, _, _), = wrapped._kerasjit.train.programs.values()
-    (cluster,) = [c for c in program.clusters if c.kind == "compiled"]
-    (executable,) = cluster.specializer.cache.values()
+    (executable,) = wrapped._kerasjit.train.executables()
     # Every kernel and bias with its two Adam moments, and the step counter.
     assert len(executable.program.aliases) >= 3 * 4 + 1
     for a, b in zip(plain.get_weights(), wrapped.get_weights()):

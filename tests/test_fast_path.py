@@ -103,7 +103,7 @@ def test_a_plain_model_fit_after_a_wrapped_one_converts_logs_with_keras_code(mon
 
 
 def runs(m):
-    return m._kerasjit.train._runs
+    return m._kerasjit.train.programs
 
 
 def batch_size(key):
@@ -176,8 +176,7 @@ def test_read_only_arrays_and_numpy_scalars_are_taken_as_given():
     a = np.arange(6, dtype=np.float32).reshape(3, 2)
     a.flags.writeable = False               # its address comes the long way
     np.testing.assert_allclose(f(a, np.float32(2)), a.sum(0) * 2)
-    ((program, _, _),) = f.programs.values()
-    (executable,) = program.clusters[0].specializer.cache.values()
+    (executable,) = f.executables()
     two, three = np.float32(2), np.float32(3)
     for s in (two, two, three, two):
         np.testing.assert_allclose(executable([a, s])[0], a.sum(0) * s)

@@ -73,7 +73,7 @@ def mlp_module():
     x, y = workloads.classification_data(640, (784,), 10)
     model = kerasjit.wrap(workloads.mlp(0), race=False)
     model.fit(x, y, batch_size=64, epochs=1, verbose=0)
-    (program, _, _), _ = model._kerasjit.train.program_for((x[:64], y[:64]))
+    program = model._kerasjit.train.program_for((x[:64], y[:64]))
     [cluster] = [c for c in program.clusters if c.kind == "compiled"]
     [executable] = cluster.specializer.cache.values()
     return cluster.specializer.module, executable

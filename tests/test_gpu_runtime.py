@@ -165,8 +165,7 @@ def test_wrapped_model_trains_as_plain_keras(backend, build):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(wrapped.predict(x[:40], verbose=0),
                                plain.predict(x[:40], verbose=0), rtol=1e-4, atol=1e-6)
-    executables = [e for program, _, _ in wrapped._kerasjit.train.programs.values()
-                   for c in program.clusters if c.specializer for e in c.specializer.cache.values()]
+    executables = wrapped._kerasjit.train.executables()
     assert executables and all(isinstance(e, GpuExecutable) for e in executables)
 
 

@@ -45,7 +45,7 @@ def train(m, epochs=2):
 
 
 def clusters(m):
-    (program, _, _), = m._kerasjit.train.programs.values()
+    (program,) = [run.program for run in m._kerasjit.train.programs.values()]
     return program.clusters
 
 

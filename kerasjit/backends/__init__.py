@@ -35,7 +35,6 @@ def get_backend(name):
             if name == "gpu":
                 warnings.warn(f"kerasjit: no GPU backend: {e}; using the CPU backend",
                               RuntimeWarning, stacklevel=3)
-        name = "cpu"
-    if name == "auto":
+    if name in ("auto", "gpu"):
         name = "cpu"
     return importlib.import_module(_BACKENDS[name]).BACKEND

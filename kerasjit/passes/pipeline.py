@@ -82,3 +82,11 @@ DEFAULT_PASSES = (simplify, constant_folding, cse, dce)
 def optimize(module, debug=False, dump_dir=None, dump_after=None):
     """simplify, constant folding, CSE and DCE, repeated until nothing changes."""
     return Pipeline(DEFAULT_PASSES, debug, dump_dir, dump_after, max_rounds=8)(module)
+
+
+def optimize_as_configured(module):
+    """optimize(), verifying after every pass with KERASJIT_DEBUG=1 and dumping
+    the module after each one to KERASJIT_DUMP_DIR when set (what a backend
+    runs on a module it compiles)."""
+    return optimize(module, debug=bool(os.environ.get("KERASJIT_DEBUG")),
+                    dump_dir=os.environ.get("KERASJIT_DUMP_DIR"))

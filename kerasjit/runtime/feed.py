@@ -16,7 +16,9 @@ logs, resolves to `pythonify_logs` below: while feeding, logs of numpy
 scalars (what compiled steps return) become floats without the
 `tf.is_tensor` test Keras makes per value (~18 us on Python 3.11: a
 typing.Protocol isinstance); any other logs, and all logs outside a wrapped
-model's entry points, get Keras's own conversion.
+model's entry points, get Keras's own conversion. And predict's outputs stay
+numpy arrays, joined by one np.concatenate (Keras's `potentially_ragged_concat`
+makes several TensorFlow calls per batch to compare shapes).
 """
 import contextlib
 import contextvars

@@ -5,12 +5,11 @@ writes the module after each pass there.
 """
 import dataclasses
 import math
-import os
 
 from ... import __version__
 from ...kernels.ir import LoopKernel, Reduce, leaf_steps, walk
 from ...kernels.lower import lower
-from ...passes import optimize
+from ...passes import optimize, optimize_as_configured
 from . import cache, engine
 from .blas import register_blas_symbols
 from .codegen import render_program
@@ -23,11 +22,15 @@ from .executable import CpuExecutable
 LONG_LOOP = 1 << 22
 
 
-def loop_work(kernel):
-    """Innermost iterations of a loop kernel: its elements times its longest reduction."""
-    folds = [math.prod(n.extents) for _, e in kernel.stores for n in walk(e)
-             if isinstance(n, Reduce)]
-    return math.prod(kernel.dims) * max(folds, default=1)
+def has_long_loops(program):
+    """Whether a loop kernel runs LONG_LOOP innermost iterations or more (its
+    elements times its longest reduction)."""
+    def work(kernel):
+        folds = [math.prod(n.extents) for _, e in kernel.stores for n in walk(e)
+                 if isinstance(n, Reduce)]
+        return math.prod(kernel.dims) * max(folds, default=1)
+    return any(work(k) >= LONG_LOOP for k in leaf_steps(program.steps)
+               if isinstance(k, LoopKernel))
 
 
 class CpuBackend:
@@ -50,14 +53,11 @@ class CpuBackend:
             return CpuExecutable(record["program"], address, record["kernels"])
         record = cache.load(key)
         if record is None:
-            optimize(module, debug=bool(os.environ.get("KERASJIT_DEBUG")),
-                     dump_dir=os.environ.get("KERASJIT_DUMP_DIR"))
+            optimize_as_configured(module)
             program = lower(module, donate)
             name = f"cluster_{key[:16]}"
             llvm_module, kernels = render_program(program, name, blas_threads_local)
-            unroll = max((loop_work(k) for k in leaf_steps(program.steps)
-                          if isinstance(k, LoopKernel)), default=0) >= LONG_LOOP
-            code = engine.object_code(engine.optimize(llvm_module, unroll))
+            code = engine.object_code(engine.optimize(llvm_module, has_long_loops(program)))
             # What the executable needs of the program; expressions live in the code now.
             record = {"program": dataclasses.replace(program, steps=[]),
                       "object": code, "entry": f"{name}_entry", "kernels": kernels}

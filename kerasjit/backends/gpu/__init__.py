@@ -5,11 +5,10 @@ the loop kernels, device.py launches them and runs GEMMs through cuBLAS,
 executable.py keeps a cluster's buffers on the device. CuPy is imported
 only when a GPU is asked for (backend="gpu", or "auto" with CuPy installed).
 """
-import os
 import warnings
 
 from ...kernels.lower import lower
-from ...passes import optimize
+from ...passes import optimize_as_configured
 from ...runtime.arrays import host
 from .cuda_render import kernel_names, render_program
 from .device import GpuUnavailable, open_device
@@ -41,8 +40,7 @@ class GpuBackend:
         """Optimise `module` (in place, as explain() shows it) and build its kernels for
         the device; a kernel the device's compiler rejects sends the cluster to the
         CPU backend with a warning naming the cause."""
-        optimize(module, debug=bool(os.environ.get("KERASJIT_DEBUG")),
-                 dump_dir=os.environ.get("KERASJIT_DUMP_DIR"))
+        optimize_as_configured(module)
         program = lower(module, donate)
         self._count += 1
         name = f"cluster{self._count}"

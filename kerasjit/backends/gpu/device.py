@@ -152,7 +152,8 @@ def open_device():
     if count == 0:
         raise GpuUnavailable("CuPy sees no CUDA device")
     try:
-        from cupy_backends.cuda.libs import cublas, nvrtc  # noqa: F401
+        for library in ("cublas", "nvrtc"):     # loading them finds the CUDA libraries
+            importlib.import_module(f"cupy_backends.cuda.libs.{library}")
     except ImportError as e:
         raise GpuUnavailable(f"CUDA libraries missing ({e}); pip install "
                              '"cupy-cuda12x[ctk]" or install the CUDA toolkit') from e

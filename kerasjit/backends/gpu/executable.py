@@ -103,5 +103,5 @@ class GpuExecutable:
             for bid, value in zip(program.params, args):
                 self._copy_in(bid, value)
             self._run()
-            return [self._arrays[program.params[program.aliases[o]]] if o in program.aliases
-                    else self._arrays[bid].copy() for o, bid in enumerate(program.outputs)]
+            return [self._arrays[bid] if o in program.aliases else self._arrays[bid].copy()
+                    for o, bid in enumerate(program.outputs)]
