@@ -56,7 +56,8 @@ class CpuBackend:
             optimize_as_configured(module)
             program = lower(module, donate)
             name = f"cluster_{key[:16]}"
-            llvm_module, kernels = render_program(program, name, blas_threads_local)
+            llvm_module, kernels = render_program(program, name, blas_threads_local,
+                                                   engine.vector_lanes())
             code = engine.object_code(engine.optimize(llvm_module, has_long_loops(program)))
             # What the executable needs of the program; expressions live in the code now.
             record = {"program": dataclasses.replace(program, steps=[]),

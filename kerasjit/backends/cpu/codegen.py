@@ -11,29 +11,10 @@ from llvmlite import ir
 
 from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, Index, Load, Op, Reduce,
                            ReduceVar, Var, walk)
-from . import parallel
+from . import narrow_gemm, parallel
 from .blas import SGEMM_SYMBOL, SINGLE_THREAD_MNK, THREADS_LOCAL_SYMBOL
-from .llvm_types import memory_type, register_type
+from .llvm_types import I64, PTR, counted_loop, memory_type, register_type
 from .ops import OpEmitter
-
-I64 = ir.IntType(64)
-PTR = ir.PointerType()
-
-
-def counted_loop(b, fn, extent, body):
-    """for (i = 0; i < extent; ++i) body(i), at the builder's position."""
-    pre = b.block
-    head = fn.append_basic_block("loop")
-    done = fn.append_basic_block("after")
-    b.branch(head)
-    b.position_at_end(head)
-    i = b.phi(I64)
-    i.add_incoming(ir.Constant(I64, 0), pre)
-    body(i)
-    nxt = b.add(i, ir.Constant(I64, 1))
-    i.add_incoming(nxt, b.block)
-    b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I64, extent)), head, done)
-    b.position_at_end(done)
 
 
 def kernel_buffers(kernel):
@@ -259,10 +240,11 @@ def _gemm(b, sgemm, call, table, chunk, threads_local=None):
         b.call(threads_local, [previous])
 
 
-def render_program(program, name="cluster", blas_threads_local=False):
+def render_program(program, name="cluster", blas_threads_local=False, lanes=8):
     """An llvmlite Module with `{name}_entry(ptr buffers)` running every step,
     and the (name, LLVM IR) of the entry and each kernel function for explain()
-    (a split kernel's listing ends with its thread entry)."""
+    (a split kernel's listing ends with its thread entry). `lanes`: floats per
+    vector register, for the narrow GEMMs' hand-blocked vector code."""
     module = ir.Module(name=name)
     ops = OpEmitter(module)
     entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), f"{name}_entry")
@@ -279,6 +261,12 @@ def render_program(program, name="cluster", blas_threads_local=False):
         for step in steps:
             if isinstance(step, ChunkLoop):
                 counted_loop(eb, entry, step.count, lambda i, s=step: emit(s.steps, i))
+            elif isinstance(step, GemmCall) and narrow_gemm.plan(step):
+                gemm = narrow_gemm.plan(step)
+                fn = narrow_gemm.emit(module, gemm, f"{name}_k{len(module.functions)}", lanes)
+                a, b = (step.rhs, step.lhs) if gemm.swapped else (step.lhs, step.rhs)
+                eb.call(fn, [_buffer_pointer(eb, table, bid) for bid in (step.out, a, b)])
+                kernels.append((fn.name, str(fn)))
             elif isinstance(step, GemmCall):
                 _gemm(eb, sgemm, step, table, chunk, threads_local)
             else:

@@ -31,6 +31,14 @@ def host_description():
     return f"{llvm.get_host_cpu_name()}:{llvm.get_host_cpu_features().flatten()}"
 
 
+def vector_lanes():
+    """f32 lanes of the host's widest vector registers (AVX-512: 16, AVX: 8)."""
+    features = llvm.get_host_cpu_features()
+    if features.get("avx512f"):
+        return 16
+    return 8 if features.get("avx") else 4
+
+
 def optimize(llvm_ir, unroll=True):
     """Textual LLVM IR -> optimised ModuleRef (O3, vectorisers on). Without
     `unroll`, loops are vectorised but not unrolled after: for short loops that

@@ -1,4 +1,5 @@
-"""HLO element types as LLVM types (registers and memory)."""
+"""HLO element types as LLVM types (registers and memory), and the counted
+loop every code generator builds on."""
 from llvmlite import ir
 
 from ...kernels.lower import Unsupported
@@ -31,3 +32,23 @@ def is_signed(dtype):
 
 def bits(dtype):
     return register_type(dtype).width if not is_float(dtype) else (32 if dtype == "f32" else 64)
+
+
+I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+PTR = ir.PointerType()
+
+
+def counted_loop(b, fn, extent, body):
+    """for (i = 0; i < extent; ++i) body(i), at the builder's position."""
+    pre = b.block
+    head = fn.append_basic_block("loop")
+    done = fn.append_basic_block("after")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64)
+    i.add_incoming(ir.Constant(I64, 0), pre)
+    body(i)
+    nxt = b.add(i, ir.Constant(I64, 1))
+    i.add_incoming(nxt, b.block)
+    b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I64, extent)), head, done)
+    b.position_at_end(done)

@@ -29,6 +29,7 @@ from llvmlite import ir
 
 from ...kernels.ir import ChunkLoop, GemmCall, Index, Op, Reduce, ReduceVar, children, walk
 from .blas import SINGLE_THREAD_MNK
+from .llvm_types import I1, I32, I64, PTR
 
 THREADS_SYMBOL = "kerasjit_threads"
 SPLIT_SYMBOL = "kerasjit_split"
@@ -57,8 +58,6 @@ _LIBM_CALLS = {"exponential", "exponential-minus-one", "log", "log-plus-one", "l
 # threshold is 65536*4, the bound taken here.
 BLAS_THREADED_MNK = 1 << 18
 
-I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
-PTR = ir.PointerType()
 PART = ir.LiteralStructType([PTR, I64, I64, I64])     # table, chunk, lo, hi
 TASK = ir.FunctionType(PTR, [PTR])                    # a pthread start routine
 

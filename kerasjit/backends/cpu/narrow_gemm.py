@@ -1,0 +1,250 @@
+"""Narrow GEMMs as generated vector code instead of sgemm.
+
+When one side of a product is narrow (a classifier's 10 outputs, or its
+weight gradient), OpenBLAS's small-matrix kernels leave much of the vector
+unit idle. These kernels keep a block of C in vector registers (24 of
+AVX-512's 32) while one loop over K streams the operands, in one of two
+forms chosen by which operand runs contiguously along what:
+
+- "rows": A's rows along K, B's rows along N. Vectors run along a row of C;
+  each A element is broadcast to it (an FMA with a memory broadcast).
+- "columns": A stored transposed (contiguous along M). Vectors run along a
+  column of C; each B element is broadcast to it.
+
+A product narrow in M instead of N is computed as C^T = B^T A^T. Measured
+here (python -m kerasjit.bench's machine), single thread: 100x784 @ 784x10
+("rows") 21 us vs sgemm's 27, its weight gradient 784x100 @ 100x10
+("columns") 19 vs 23, the MLP head's 64x256 @ 256x10 7.4 vs 8.5 and its
+gradient 5.3 vs 7.2. A dot-product form for A @ B^T (vectors along K, summed
+across at the end) lost to sgemm (25 vs 20 us) and is left to it. Only
+products small enough for sgemm to run on one thread anyway come here
+(blas.SINGLE_THREAD_MNK); chunked GEMMs (convolutions) stay with sgemm.
+"""
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from .blas import SINGLE_THREAD_MNK
+from .llvm_types import I1, I32, I64, PTR, counted_loop
+
+F32 = ir.FloatType()
+NARROW = 16         # the widest N (or M) these kernels take
+_FORM_ORDER = ("columns", "rows")   # "rows" idles the lanes past N
+
+
+@dataclass(frozen=True)
+class NarrowGemm:
+    """C[i, j] = sum_k A(i, k) B(k, j) for i < m, j < n (n is the narrow side).
+
+    A is [m, k] row-major, or [k, m] with a_transposed; B is [k, n], or [n, k]
+    with b_transposed; C's element (i, j) lies at i * c_strides[0] + j *
+    c_strides[1]. `swapped`: A is the GemmCall's rhs and B its lhs."""
+    form: str
+    m: int
+    n: int
+    k: int
+    a_transposed: bool
+    b_transposed: bool
+    c_strides: tuple
+    swapped: bool
+
+
+def _form(a_transposed, b_transposed):
+    """The form for these layouts, or None where sgemm does better."""
+    if a_transposed:
+        return "columns"
+    return None if b_transposed else "rows"
+
+
+def plan(call):
+    """How to run GemmCall `call` as a narrow GEMM, or None to use sgemm."""
+    if call.accumulate or call.out_rows_per_chunk or call.rhs_rows_per_chunk:
+        return None
+    if not 0 < call.m * call.n * call.k < SINGLE_THREAD_MNK:
+        return None
+    options = []
+    if call.n <= NARROW:
+        options.append(NarrowGemm(_form(call.lhs_transposed, call.rhs_transposed),
+                                  call.m, call.n, call.k, call.lhs_transposed,
+                                  call.rhs_transposed, (call.n, 1), False))
+    if call.m <= NARROW:      # C^T = B^T A^T: B^T is stored transposed iff B is not
+        options.append(NarrowGemm(_form(not call.rhs_transposed, not call.lhs_transposed),
+                                  call.n, call.m, call.k, not call.rhs_transposed,
+                                  not call.lhs_transposed, (1, call.n), True))
+    options = [g for g in options if g.form]
+    return min(options, key=lambda g: _FORM_ORDER.index(g.form)) if options else None
+
+
+def _declare(module, name, result, args):
+    """An intrinsic's declaration, once per module."""
+    if name in module.globals:
+        return module.globals[name]
+    return ir.Function(module, ir.FunctionType(result, args), name)
+
+
+def _blocks(total, size):
+    """(start, count) of consecutive blocks of `size` covering `total`; the last may be short."""
+    return [(s, min(size, total - s)) for s in range(0, total, size)]
+
+
+class _Emitter:
+    """Builds `void name(ptr c, ptr a, ptr b)` for one NarrowGemm."""
+
+    def __init__(self, module, gemm, name, lanes):
+        self.g, self.lanes = gemm, lanes
+        self.vec = ir.VectorType(F32, lanes)
+        self.acc_budget = 24 if lanes >= 16 else 12   # of the 32 (16) vector registers
+        self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * 3), name)
+        self.fn.linkage = "internal"
+        for arg in self.fn.args:
+            arg.add_attribute("noalias")
+        self.c, self.a, self.b_ptr = self.fn.args
+        entry = self.fn.append_basic_block("entry")
+        self.b = ir.IRBuilder(entry)
+        self.alloca_block = entry
+        self.mask_type = ir.VectorType(I1, lanes)
+        suffix = f"v{lanes}f32"
+        self.fma = _declare(module, f"llvm.fma.{suffix}", self.vec, [self.vec] * 3)
+        self.masked_load = _declare(module, f"llvm.masked.load.{suffix}.p0", self.vec,
+                                    [PTR, I32, self.mask_type, self.vec])
+        self.masked_store = _declare(module, f"llvm.masked.store.{suffix}.p0", ir.VoidType(),
+                                     [self.vec, PTR, I32, self.mask_type])
+
+    # ------------------------------------------------------------- helpers
+    def _offset(self, *terms):
+        """sum of (value, python int) products plus python ints, as an i64."""
+        b, total = self.b, ir.Constant(I64, 0)
+        for term in terms:
+            if isinstance(term, tuple):
+                value, scale = term
+                if scale:
+                    total = b.add(total, b.mul(value, ir.Constant(I64, scale)))
+            elif term:
+                total = b.add(total, ir.Constant(I64, term))
+        return total
+
+    def _at(self, pointer, offset):
+        return self.b.gep(pointer, [offset], inbounds=True, source_etype=F32)
+
+    def _mask(self, count):
+        return ir.Constant(self.mask_type, [ir.Constant(I1, int(i < count))
+                                            for i in range(self.lanes)])
+
+    def load_vector(self, pointer, offset, count):
+        """`count` floats from pointer[offset], zeros in the lanes past them."""
+        where = self._at(pointer, offset)
+        if count == self.lanes:
+            return self.b.load(where, typ=self.vec, align=4)
+        return self.b.call(self.masked_load, [where, ir.Constant(I32, 4), self._mask(count),
+                                              ir.Constant(self.vec, None)])
+
+    def store_vector(self, pointer, offset, stride, vector, count):
+        """The first `count` lanes to pointer[offset + lane * stride]."""
+        b = self.b
+        if stride == 1 and count == self.lanes:
+            b.store(vector, self._at(pointer, offset), align=4)
+        elif stride == 1:
+            b.call(self.masked_store, [vector, self._at(pointer, offset), ir.Constant(I32, 4),
+                                       self._mask(count)])
+        else:
+            for lane in range(count):
+                value = b.extract_element(vector, ir.Constant(I32, lane))
+                b.store(value, self._at(pointer, self._offset((offset, 1), lane * stride)))
+
+    def load_scalar(self, pointer, offset):
+        return self.b.load(self._at(pointer, offset), typ=F32)
+
+    def broadcast(self, scalar):
+        b = self.b
+        one = b.insert_element(ir.Constant(self.vec, ir.Undefined), scalar, ir.Constant(I32, 0))
+        return b.shuffle_vector(one, ir.Constant(self.vec, ir.Undefined),
+                                ir.Constant(ir.VectorType(I32, self.lanes), [0] * self.lanes))
+
+    def accumulators(self, count):
+        """Zeroed vector accumulators (allocas LLVM keeps in registers)."""
+        b = self.b
+        with b.goto_block(self.alloca_block):
+            b.position_at_start(self.alloca_block)
+            slots = [b.alloca(self.vec) for _ in range(count)]
+        for slot in slots:
+            b.store(ir.Constant(self.vec, None), slot)
+        return slots
+
+    def fma_into(self, slot, x, y):
+        b = self.b
+        b.store(b.call(self.fma, [x, y, b.load(slot, typ=self.vec)]), slot)
+
+    def row_loop(self, total, size, body):
+        """body(first row: i64, rows) over blocks of `size` rows: a loop over
+        the full blocks, then the short one."""
+        full, rest = divmod(total, size)
+        if full:
+            counted_loop(self.b, self.fn, full,
+                         lambda block: body(self.b.mul(block, ir.Constant(I64, size)), size))
+        if rest:
+            body(ir.Constant(I64, full * size), rest)
+
+    # ------------------------------------------------------------- the forms
+    def emit(self):
+        getattr(self, f"_{self.g.form}")()
+        self.b.ret_void()
+        return self.fn
+
+    def _rows(self):
+        g, lanes = self.g, self.lanes
+        pieces = _blocks(g.n, lanes)
+        rows = max(1, self.acc_budget // len(pieces))
+
+        def block(i0, count):
+            accs = self.accumulators(count * len(pieces))
+
+            def step(k):
+                bv = [self.load_vector(self.b_ptr, self._offset((k, g.n), j0), width)
+                      for j0, width in pieces]
+                for r in range(count):
+                    a = self.broadcast(self.load_scalar(self.a, self._offset((i0, g.k), (k, 1),
+                                                                             r * g.k)))
+                    for p, v in enumerate(bv):
+                        self.fma_into(accs[r * len(pieces) + p], a, v)
+            counted_loop(self.b, self.fn, g.k, step)
+            for r in range(count):
+                for p, (j0, width) in enumerate(pieces):
+                    vector = self.b.load(accs[r * len(pieces) + p], typ=self.vec)
+                    self.store_vector(self.c, self._offset(
+                        (i0, g.c_strides[0]), r * g.c_strides[0] + j0 * g.c_strides[1]),
+                        g.c_strides[1], vector, width)
+        self.row_loop(g.m, rows, block)
+
+    def _columns(self):
+        g, lanes = self.g, self.lanes
+        cols = min(g.n, self.acc_budget)
+        vectors = max(1, self.acc_budget // cols)
+
+        def block(i0, count):
+            pieces = _blocks(count, lanes)
+            for j0, width in _blocks(g.n, cols):
+                accs = self.accumulators(len(pieces) * width)
+
+                def step(k):
+                    a = [self.load_vector(self.a, self._offset((i0, 1), (k, g.m), s), n)
+                         for s, n in pieces]
+                    for j in range(width):
+                        terms = ((k, 1), (j0 + j) * g.k) if g.b_transposed \
+                            else ((k, g.n), j0 + j)
+                        bj = self.broadcast(self.load_scalar(self.b_ptr, self._offset(*terms)))
+                        for p, v in enumerate(a):
+                            self.fma_into(accs[p * width + j], v, bj)
+                counted_loop(self.b, self.fn, g.k, step)
+                for p, (s, n) in enumerate(pieces):
+                    for j in range(width):
+                        vector = self.b.load(accs[p * width + j], typ=self.vec)
+                        self.store_vector(self.c, self._offset(
+                            (i0, g.c_strides[0]), s * g.c_strides[0] + (j0 + j) * g.c_strides[1]),
+                            g.c_strides[0], vector, n)
+        self.row_loop(g.m, vectors * lanes, block)
+
+
+def emit(module, gemm, name, lanes):
+    """The LLVM function `void name(ptr c, ptr a, ptr b)` computing `gemm`
+    with vectors of `lanes` floats."""
+    return _Emitter(module, gemm, name, lanes).emit()
