@@ -57,7 +57,7 @@ class CpuBackend:
             program = lower(module, donate)
             name = f"cluster_{key[:16]}"
             llvm_module, kernels = render_program(program, name, blas_threads_local,
-                                                   engine.vector_lanes())
+                                                   engine.vector_lanes(), engine.is_x86())
             code = engine.object_code(engine.optimize(llvm_module, has_long_loops(program)))
             # What the executable needs of the program; expressions live in the code now.
             record = {"program": dataclasses.replace(program, steps=[]),

@@ -31,6 +31,10 @@ def host_description():
     return f"{llvm.get_host_cpu_name()}:{llvm.get_host_cpu_features().flatten()}"
 
 
+def is_x86():
+    return llvm.get_process_triple().startswith(("x86_64", "i686", "i386"))
+
+
 def vector_lanes():
     """f32 lanes of the host's widest vector registers (AVX-512: 16, AVX: 8)."""
     features = llvm.get_host_cpu_features()
