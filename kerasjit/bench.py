@@ -177,7 +177,7 @@ def write_reports(rows, out_dir, command, name="benchmark", backend="auto"):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="per contender, first is compile")
+    parser.add_argument("--rounds", type=int, default=7, help="per contender, first is compile")
     parser.add_argument("--softmax-steps", type=int, default=600,
                         help="batches per epoch, softmax regression (600: MNIST's 60000)")
     parser.add_argument("--steps", type=int, default=50, help="batches per epoch, MLP")
