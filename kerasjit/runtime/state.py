@@ -12,30 +12,17 @@ import tensorflow as tf
 from .arrays import host
 
 
-def assigner(variables):
-    """One TensorFlow call that assigns a value to each of `variables`: a
-    concrete function (an eager assign per variable costs ~0.1 ms, and a
-    polymorphic tf.function spends milliseconds matching its arguments)."""
-    specs = [tf.TensorSpec(v.shape, v.dtype) for v in variables]
-    return tf.function(lambda *values: [v.assign(x) for v, x in zip(variables, values)]
-                       and None).get_concrete_function(*specs)
-
-
 class ResidentStore:
     """Latest values of variables, by identity; `dirty` ones are newer than Keras's."""
 
     def __init__(self):
         self.values, self.dirty = {}, {}
-        self._assigners = {}    # ids of a set of variables -> its assigner (they stay alive)
 
     def flush(self):
         """Write newer values to the variables and forget them all, so the next
         step reads whatever the variables hold then (a callback may change them)."""
-        if self.dirty:
-            key = tuple(self.dirty)
-            if key not in self._assigners:
-                self._assigners[key] = assigner([var for var, _ in self.dirty.values()])
-            self._assigners[key](*[host(value) for _, value in self.dirty.values()])
+        for var, value in self.dirty.values():
+            var.assign(host(value))
         self.values, self.dirty = {}, {}
 
 
@@ -51,7 +38,10 @@ class VariableState:
         self.variables, self.written, self.store = variables, sorted(written), store
         self._read = tf.function(lambda: [v.read_value() for v in variables]) \
             .get_concrete_function() if variables else None
-        self._write = assigner([variables[i] for i in self.written]) if self.written else None
+        specs = [tf.TensorSpec(variables[i].shape, variables[i].dtype) for i in self.written]
+        self._write = tf.function(lambda *values: [variables[i].assign(x) for i, x in
+                                                   zip(self.written, values)] and None) \
+            .get_concrete_function(*specs) if self.written else None
 
     def read(self):
         store = self.store
