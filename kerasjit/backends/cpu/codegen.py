@@ -299,6 +299,9 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
                     ir.VoidType(), [PTR] * len(buffers) + [I64] * (3 if split else 1)),
                     f"{name}_k{len(module.functions)}")
                 fn.linkage = "internal"
+                # A call per kernel and step costs nothing; inlining them all into the
+                # entry made one huge function and a third more optimiser time.
+                fn.attributes.add("noinline")
                 for arg in fn.args[:len(buffers)]:
                     arg.add_attribute("noalias")
                 _KernelBuilder(module, ops, program, step, fn, split).build()

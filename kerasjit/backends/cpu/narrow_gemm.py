@@ -96,6 +96,7 @@ class _Emitter:
         self.acc_budget = 24 if lanes >= 16 else 12   # of the 32 (16) vector registers
         self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * 3), name)
         self.fn.linkage = "internal"
+        self.fn.attributes.add("noinline")      # (as loop kernels: codegen.py)
         for arg in self.fn.args:
             arg.add_attribute("noalias")
         self.c, self.a, self.b_ptr = self.fn.args
@@ -109,6 +110,8 @@ class _Emitter:
                                     [PTR, I32, self.mask_type, self.vec])
         self.masked_store = _declare(module, f"llvm.masked.store.{suffix}.p0", ir.VoidType(),
                                      [self.vec, PTR, I32, self.mask_type])
+        self.scatter = _declare(module, f"llvm.masked.scatter.{suffix}.v{lanes}p0", ir.VoidType(),
+                                [self.vec, ir.VectorType(PTR, lanes), I32, self.mask_type])
 
     # ------------------------------------------------------------- helpers
     def _offset(self, *terms):
@@ -146,18 +149,21 @@ class _Emitter:
         elif stride == 1:
             b.call(self.masked_store, [vector, self._at(pointer, offset), ir.Constant(I32, 4),
                                        self._mask(count)])
-        else:
-            for lane in range(count):
-                value = b.extract_element(vector, ir.Constant(I32, lane))
-                b.store(value, self._at(pointer, self._offset((offset, 1), lane * stride)))
+        else:       # one scatter (a lane per store would be code LLVM spends long on)
+            base = b.ptrtoint(self._at(pointer, offset), I64)
+            lanes = ir.Constant(ir.VectorType(I64, self.lanes),
+                                [4 * stride * lane for lane in range(self.lanes)])
+            where = b.inttoptr(b.add(self.broadcast(base, I64), lanes),
+                               ir.VectorType(PTR, self.lanes))
+            b.call(self.scatter, [vector, where, ir.Constant(I32, 4), self._mask(count)])
 
     def load_scalar(self, pointer, offset):
         return self.b.load(self._at(pointer, offset), typ=F32)
 
-    def broadcast(self, scalar):
-        b = self.b
-        one = b.insert_element(ir.Constant(self.vec, ir.Undefined), scalar, ir.Constant(I32, 0))
-        return b.shuffle_vector(one, ir.Constant(self.vec, ir.Undefined),
+    def broadcast(self, scalar, element=F32):
+        b, vec = self.b, ir.VectorType(element, self.lanes)
+        one = b.insert_element(ir.Constant(vec, ir.Undefined), scalar, ir.Constant(I32, 0))
+        return b.shuffle_vector(one, ir.Constant(vec, ir.Undefined),
                                 ir.Constant(ir.VectorType(I32, self.lanes), [0] * self.lanes))
 
     def accumulators(self, count):
