@@ -6,6 +6,8 @@ small model's arithmetic, so a ResidentStore keeps the values (shared by a
 model's train, test and predict steps) as arrays from step to step and writes them to the Keras variables
 only when someone can look (the Keras glue calls `flush` at those points).
 """
+import functools
+
 import numpy as np
 import tensorflow as tf
 
@@ -38,9 +40,15 @@ class VariableState:
         self.variables, self.written, self.store = variables, sorted(written), store
         self._read = tf.function(lambda: [v.read_value() for v in variables]) \
             .get_concrete_function() if variables else None
+
+    @functools.cached_property
+    def _write(self):
+        """Built on first use: with a store it is never needed (its trace was
+        ~60 ms of every step's compile)."""
+        variables = self.variables
         specs = [tf.TensorSpec(variables[i].shape, variables[i].dtype) for i in self.written]
-        self._write = tf.function(lambda *values: [variables[i].assign(x) for i, x in
-                                                   zip(self.written, values)] and None) \
+        return tf.function(lambda *values: [variables[i].assign(x) for i, x in
+                                            zip(self.written, values)] and None) \
             .get_concrete_function(*specs) if self.written else None
 
     def read(self):
