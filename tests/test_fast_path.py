@@ -102,6 +102,21 @@ def test_a_plain_model_fit_after_a_wrapped_one_converts_logs_with_keras_code(mon
         np.testing.assert_allclose(wrapped_history[key], plain_history[key], rtol=1e-4)
 
 
+def test_a_plain_model_trained_inside_a_wrapped_models_callback_trains_as_outside():
+    """The numpy batches are on while the wrapped model's fit runs, also for a
+    plain model its callback fits: that model still sees every batch."""
+    inside, outside = model(False), model(False)
+
+    class FitAnother(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            self.history = fit(inside)
+    callback = FitAnother()
+    fit(model(True, race=False), epochs=1, callbacks=[callback])
+    np.testing.assert_allclose(callback.history["loss"], fit(outside)["loss"], rtol=1e-6)
+    for a, b in zip(inside.get_weights(), outside.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
 def runs(m):
     return m._kerasjit.train.programs
 
