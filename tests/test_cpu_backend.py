@@ -221,3 +221,20 @@ def test_denormals_flush_as_in_tensorflow_and_the_caller_keeps_its_mode():
     np.testing.assert_array_equal(tripled, (tf.constant(x) * 3.0).numpy())
     assert tripled[0] == 0.0
     assert x[0] * np.float32(3.0) > 0      # numpy, after the call: denormals intact
+
+
+def test_threads_of_a_split_kernel_flush_denormals_too():
+    n = 1 << 21
+    module = parse_module(f"""HloModule m
+ENTRY %e (a: f32[{n}], b: f32[{n}]) -> f32[{n}] {{
+  %a = f32[{n}] parameter(0)
+  %b = f32[{n}] parameter(1)
+  ROOT %d = f32[{n}] multiply(f32[{n}] %a, f32[{n}] %b)
+}}
+""")
+    executable = BACKEND.compile(module)
+    from kerasjit.backends.cpu import parallel
+    split = any("kerasjit_split" in source for _, source in executable.kernels)
+    assert split == (parallel.usable_cores() > 1)
+    product = executable([np.full(n, 1e-39, np.float32), np.ones(n, np.float32)])[0]
+    assert not product.any()

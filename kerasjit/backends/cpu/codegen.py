@@ -245,7 +245,9 @@ def _flush_denormals(module, b):
     TensorFlow does around its CPU kernels; returns a function that emits the
     restore. A softmax regression's step took 2-3x as long with them off: its
     vanishing probabilities are denormal, ~100 cycles per operation. Threads
-    the step starts inherit the setting (pthread_create copies MXCSR)."""
+    the step starts inherit the setting (pthread_create copies MXCSR);
+    OpenBLAS's pooled workers do not, so a threaded sgemm flushes only in the
+    calling thread's share (as TensorFlow's own calls into BLAS would)."""
     i32 = ir.IntType(32)
     save, load = (ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), f"llvm.x86.sse.{n}")
                   for n in ("stmxcsr", "ldmxcsr"))
@@ -284,8 +286,7 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
         for step in steps:
             if isinstance(step, ChunkLoop):
                 counted_loop(eb, entry, step.count, lambda i, s=step: emit(s.steps, i))
-            elif isinstance(step, GemmCall) and narrow_gemm.plan(step):
-                gemm = narrow_gemm.plan(step)
+            elif isinstance(step, GemmCall) and (gemm := narrow_gemm.plan(step)):
                 fn = narrow_gemm.emit(module, gemm, f"{name}_k{len(module.functions)}", lanes)
                 a, b = (step.rhs, step.lhs) if gemm.swapped else (step.lhs, step.rhs)
                 eb.call(fn, [_buffer_pointer(eb, table, bid) for bid in (step.out, a, b)])
@@ -299,8 +300,10 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
                     ir.VoidType(), [PTR] * len(buffers) + [I64] * (3 if split else 1)),
                     f"{name}_k{len(module.functions)}")
                 fn.linkage = "internal"
-                # A call per kernel and step costs nothing; inlining them all into the
-                # entry made one huge function and a third more optimiser time.
+                # Never inlined into the entry: LLVM takes float arithmetic to be
+                # independent of MXCSR and could move it across the denormal
+                # flush's ldmxcsr there. (A call per kernel and step costs nothing,
+                # and one huge entry took a third more optimiser time.)
                 fn.attributes.add("noinline")
                 for arg in fn.args[:len(buffers)]:
                     arg.add_attribute("noalias")

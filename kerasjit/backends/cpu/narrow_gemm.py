@@ -11,14 +11,17 @@ forms chosen by which operand runs contiguously along what:
 - "columns": A stored transposed (contiguous along M). Vectors run along a
   column of C; each B element is broadcast to it.
 
-A product narrow in M instead of N is computed as C^T = B^T A^T. Measured
-here (python -m kerasjit.bench's machine), single thread: 100x784 @ 784x10
-("rows") 21 us vs sgemm's 27, its weight gradient 784x100 @ 100x10
+A product narrow in M instead of N is computed as C^T = B^T A^T; a column
+of C strided in memory is stored with one masked scatter. Measured on
+AVX-512 (python -m kerasjit.bench's machine), single thread: 100x784 @
+784x10 ("rows") 21 us vs sgemm's 27, its weight gradient 784x100 @ 100x10
 ("columns") 19 vs 23, the MLP head's 64x256 @ 256x10 7.4 vs 8.5 and its
-gradient 5.3 vs 7.2. A dot-product form for A @ B^T (vectors along K, summed
-across at the end) lost to sgemm (25 vs 20 us) and is left to it. Only
-products small enough for sgemm to run on one thread anyway come here
-(blas.SINGLE_THREAD_MNK); chunked GEMMs (convolutions) stay with sgemm.
+gradient 5.3 vs 7.2 (AVX2 has no scatter instruction and SSE no masked
+loads: LLVM spells those out there, unmeasured). A dot-product form for
+A @ B^T (vectors along K, summed across at the end) lost to sgemm (25 vs 20
+us) and is left to it. Only products below blas.SINGLE_THREAD_MNK come here
+(those sgemm runs on the calling thread where the BLAS lets us say so);
+chunked GEMMs (convolutions) stay with sgemm.
 """
 from dataclasses import dataclass
 
@@ -99,7 +102,7 @@ class _Emitter:
         self.fn.attributes.add("noinline")      # (as loop kernels: codegen.py)
         for arg in self.fn.args:
             arg.add_attribute("noalias")
-        self.c, self.a, self.b_ptr = self.fn.args
+        self.c_ptr, self.a_ptr, self.b_ptr = self.fn.args
         entry = self.fn.append_basic_block("entry")
         self.b = ir.IRBuilder(entry)
         self.alloca_block = entry
@@ -208,32 +211,31 @@ class _Emitter:
                 bv = [self.load_vector(self.b_ptr, self._offset((k, g.n), j0), width)
                       for j0, width in pieces]
                 for r in range(count):
-                    a = self.broadcast(self.load_scalar(self.a, self._offset((i0, g.k), (k, 1),
-                                                                             r * g.k)))
+                    a = self.broadcast(self.load_scalar(self.a_ptr, self._offset(
+                        (i0, g.k), (k, 1), r * g.k)))
                     for p, v in enumerate(bv):
                         self.fma_into(accs[r * len(pieces) + p], a, v)
             counted_loop(self.b, self.fn, g.k, step)
             for r in range(count):
                 for p, (j0, width) in enumerate(pieces):
                     vector = self.b.load(accs[r * len(pieces) + p], typ=self.vec)
-                    self.store_vector(self.c, self._offset(
+                    self.store_vector(self.c_ptr, self._offset(
                         (i0, g.c_strides[0]), r * g.c_strides[0] + j0 * g.c_strides[1]),
                         g.c_strides[1], vector, width)
         self.row_loop(g.m, rows, block)
 
     def _columns(self):
         g, lanes = self.g, self.lanes
-        cols = min(g.n, self.acc_budget)
-        vectors = max(1, self.acc_budget // cols)
+        for j0, width in _blocks(g.n, min(g.n, self.acc_budget)):
+            vectors = max(1, self.acc_budget // width)
 
-        def block(i0, count):
-            pieces = _blocks(count, lanes)
-            for j0, width in _blocks(g.n, cols):
+            def block(i0, count, j0=j0, width=width):
+                pieces = _blocks(count, lanes)           # (first row, rows) per vector
                 accs = self.accumulators(len(pieces) * width)
 
                 def step(k):
-                    a = [self.load_vector(self.a, self._offset((i0, 1), (k, g.m), s), n)
-                         for s, n in pieces]
+                    a = [self.load_vector(self.a_ptr, self._offset((i0, 1), (k, g.m), start),
+                                          rows) for start, rows in pieces]
                     for j in range(width):
                         terms = ((k, 1), (j0 + j) * g.k) if g.b_transposed \
                             else ((k, g.n), j0 + j)
@@ -241,13 +243,14 @@ class _Emitter:
                         for p, v in enumerate(a):
                             self.fma_into(accs[p * width + j], v, bj)
                 counted_loop(self.b, self.fn, g.k, step)
-                for p, (s, n) in enumerate(pieces):
+                for p, (start, rows) in enumerate(pieces):
                     for j in range(width):
                         vector = self.b.load(accs[p * width + j], typ=self.vec)
-                        self.store_vector(self.c, self._offset(
-                            (i0, g.c_strides[0]), s * g.c_strides[0] + (j0 + j) * g.c_strides[1]),
-                            g.c_strides[0], vector, n)
-        self.row_loop(g.m, vectors * lanes, block)
+                        self.store_vector(self.c_ptr, self._offset(
+                            (i0, g.c_strides[0]),
+                            start * g.c_strides[0] + (j0 + j) * g.c_strides[1]),
+                            g.c_strides[0], vector, rows)
+            self.row_loop(g.m, vectors * lanes, block)
 
 
 def emit(module, gemm, name, lanes):

@@ -28,6 +28,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ...kernels.ir import ChunkLoop, GemmCall, Index, Op, Reduce, ReduceVar, children, walk
+from . import narrow_gemm
 from .blas import SINGLE_THREAD_MNK
 from .llvm_types import I1, I32, I64, PTR
 
@@ -79,12 +80,14 @@ def set_threads(n):
 
 def cores_free(steps, small_gemms_alone=False):
     """False for a program whose sgemm calls leave OpenBLAS's threads spinning
-    (with small_gemms_alone, those below blas.SINGLE_THREAD_MNK run unthreaded)."""
+    (with small_gemms_alone, those below blas.SINGLE_THREAD_MNK run unthreaded;
+    narrow GEMMs are generated code, no sgemm at all)."""
     threaded = SINGLE_THREAD_MNK if small_gemms_alone else BLAS_THREADED_MNK
     for step in steps:
         if isinstance(step, ChunkLoop) and not cores_free(step.steps, small_gemms_alone):
             return False
-        if isinstance(step, GemmCall) and step.m * step.n * step.k >= threaded:
+        if isinstance(step, GemmCall) and step.m * step.n * step.k >= threaded \
+                and not narrow_gemm.plan(step):
             return False
     return True
 
