@@ -31,6 +31,8 @@ from keras.src.trainers.epoch_iterator import EpochIterator
 from keras.src import tree
 from keras.src.utils import python_utils
 
+from .prefetch import Prefetcher
+
 _KERAS_ITERATOR = tf_trainer.TFEpochIterator
 _KERAS_PYTHONIFY = python_utils.pythonify_logs
 _KERAS_CONCAT = tf_trainer.potentially_ragged_concat
@@ -45,7 +47,18 @@ class ArrayEpochIterator(EpochIterator):
     """Keras's numpy epoch iterator, handing over the batch iterator itself as
     TFEpochIterator does: the TF trainer's functions draw up to
     steps_per_execution batches from it, and a short last execution is not
-    'running out of data' (the numpy iterator would warn so)."""
+    'running out of data' (the numpy iterator would warn so). Batches are
+    drawn one ahead on a second thread (prefetch.py), except with
+    shuffle="batch", which draws from numpy's global RNG for every batch: on
+    another thread those draws would interleave with the caller's."""
+
+    def __init__(self, *args, shuffle=False, **kwargs):
+        super().__init__(*args, shuffle=shuffle, **kwargs)
+        self._prefetch = shuffle != "batch"
+
+    def _get_iterator(self):
+        batches = super()._get_iterator()
+        return Prefetcher(batches) if self._prefetch else batches
 
     def __next__(self):
         return next(self._epoch_iterator)

@@ -1,0 +1,71 @@
+"""Batches drawn one ahead on a second thread while the step computes.
+
+Drawing a shuffled batch (numpy fancy indexing of every input array) is
+memory-bound work, ~50 us for a 100x784 float batch here: as long as a small
+model's compiled step. numpy copies with the GIL released and a compiled
+step runs with it released too, so a second core overlaps the two: the
+softmax regression's step loop went from ~230 to ~175 us per step.
+
+The first batch is drawn on the calling thread: Keras draws the epoch's
+shuffle permutation there (numpy's global RNG), at the same point as
+without prefetching. Batches come in the source's order; an exception the
+source raises reaches the consumer in its place.
+"""
+import queue
+import threading
+
+_POLL_S = 0.05      # how soon the thread of an abandoned Prefetcher ends
+
+
+class Prefetcher:
+    """An iterator over `source`, reading one item ahead on a daemon thread
+    from the second item on. The thread ends with the source, or once this
+    object is closed or collected (Keras may stop an epoch early)."""
+
+    def __init__(self, source):
+        self._source = iter(source)
+        self._queue = None
+        self._closed = threading.Event()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._queue is None:
+            item = next(self._source)
+            self._queue = queue.Queue(maxsize=1)
+            threading.Thread(target=_produce, args=(self._source, self._queue, self._closed),
+                             name="kerasjit-prefetch", daemon=True).start()
+            return item
+        kind, value = self._queue.get()
+        if kind == "item":
+            return value
+        self._queue.put((kind, value))        # ended: later calls end the same way
+        if kind == "end":
+            raise StopIteration
+        raise value
+
+    def close(self):
+        self._closed.set()
+
+    __del__ = close
+
+
+def _produce(source, out, closed):
+    """Move `source`'s items (then its end or its exception) into `out`. Holds
+    no reference to the Prefetcher, so that dropping it closes this thread."""
+    def put(entry):
+        while not closed.is_set():
+            try:
+                out.put(entry, timeout=_POLL_S)
+                return True
+            except queue.Full:
+                pass
+        return False
+    try:
+        for item in source:
+            if not put(("item", item)):
+                return
+        put(("end", None))
+    except Exception as error:        # (the consumer raises it)
+        put(("error", error))
