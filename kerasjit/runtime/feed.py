@@ -57,8 +57,11 @@ class ArrayEpochIterator(EpochIterator):
         self._prefetch = shuffle != "batch"
 
     def _get_iterator(self):
+        # As many batches ahead as one call of the step function takes: with
+        # steps_per_execution those run as one native call, and the next call's
+        # batches are drawn meanwhile.
         batches = super()._get_iterator()
-        return Prefetcher(batches) if self._prefetch else batches
+        return Prefetcher(batches, self.steps_per_execution) if self._prefetch else batches
 
     def __next__(self):
         return next(self._epoch_iterator)

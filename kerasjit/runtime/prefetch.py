@@ -18,12 +18,12 @@ _POLL_S = 0.05      # how soon the thread of an abandoned Prefetcher ends
 
 
 class Prefetcher:
-    """An iterator over `source`, reading one item ahead on a daemon thread
-    from the second item on. The thread ends with the source, or once this
-    object is closed or collected (Keras may stop an epoch early)."""
+    """An iterator over `source`, reading up to `ahead` items ahead on a daemon
+    thread from the second item on. The thread ends with the source, or once
+    this object is closed or collected (Keras may stop an epoch early)."""
 
-    def __init__(self, source):
-        self._source = iter(source)
+    def __init__(self, source, ahead=1):
+        self._source, self._ahead = iter(source), ahead
         self._queue = None
         self._closed = threading.Event()
 
@@ -33,7 +33,7 @@ class Prefetcher:
     def __next__(self):
         if self._queue is None:
             item = next(self._source)
-            self._queue = queue.Queue(maxsize=1)
+            self._queue = queue.Queue(maxsize=self._ahead)
             threading.Thread(target=_produce, args=(self._source, self._queue, self._closed),
                              name="kerasjit-prefetch", daemon=True).start()
             return item
