@@ -23,8 +23,9 @@ def wait_for_no_prefetch_threads(seconds=2.0):
     return not prefetch_threads()
 
 
-def test_items_in_order_then_the_end():
-    items = Prefetcher(range(50))
+@pytest.mark.parametrize("ahead", [1, 7])
+def test_items_in_order_then_the_end(ahead):
+    items = Prefetcher(range(50), ahead)
     assert list(items) == list(range(50))
     with pytest.raises(StopIteration):
         next(items)
@@ -67,10 +68,11 @@ X = np.random.default_rng(0).normal(size=(200, 6)).astype(np.float32)
 Y = keras.utils.to_categorical(np.random.default_rng(1).integers(0, 3, 200), 3)
 
 
-def trained(shuffle, validation_split=0.2, seed=7):
+def trained(shuffle, validation_split=0.2, seed=7, steps_per_execution=1):
     keras.utils.set_random_seed(seed)
     m = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3, activation="softmax")])
-    m.compile(optimizer=keras.optimizers.SGD(0.1), loss="categorical_crossentropy")
+    m.compile(optimizer=keras.optimizers.SGD(0.1), loss="categorical_crossentropy",
+              steps_per_execution=steps_per_execution)
     m = kerasjit.wrap(m, race=False)
     np.random.seed(seed)
     history = m.fit(X, Y, batch_size=16, epochs=3, shuffle=shuffle, verbose=0,
@@ -81,13 +83,23 @@ def trained(shuffle, validation_split=0.2, seed=7):
 @pytest.mark.parametrize("shuffle", [True, False, "batch"])
 def test_fit_trains_on_the_batches_it_would_draw_in_place(shuffle, monkeypatch):
     made = []
-    monkeypatch.setattr(feed, "Prefetcher", lambda batches: made.append(1) or Prefetcher(batches))
+    monkeypatch.setattr(feed, "Prefetcher",
+                        lambda batches, ahead: made.append(1) or Prefetcher(batches, ahead))
     trained(shuffle, validation_split=0)
     assert bool(made) == (shuffle != "batch")     # "batch" draws RNG for every batch
     history, weights = trained(shuffle)
-    monkeypatch.setattr(feed, "Prefetcher", lambda batches: batches)
+    monkeypatch.setattr(feed, "Prefetcher", lambda batches, ahead: batches)
     in_place_history, in_place_weights = trained(shuffle)
     assert history == in_place_history
     for a, b in zip(weights, in_place_weights):
         np.testing.assert_array_equal(a, b)
     assert wait_for_no_prefetch_threads()
+
+
+def test_with_steps_per_execution_the_batches_are_those_drawn_in_place(monkeypatch):
+    history, weights = trained(True, steps_per_execution=4)     # 4 batches ahead
+    monkeypatch.setattr(feed, "Prefetcher", lambda batches, ahead: batches)
+    in_place_history, in_place_weights = trained(True, steps_per_execution=4)
+    assert history == in_place_history
+    for a, b in zip(weights, in_place_weights):
+        np.testing.assert_array_equal(a, b)
