@@ -93,7 +93,17 @@ def test_fit_trains_on_the_batches_it_would_draw_in_place(shuffle, monkeypatch):
     assert history == in_place_history
     for a, b in zip(weights, in_place_weights):
         np.testing.assert_array_equal(a, b)
-    assert wait_for_no_prefetch_threads()
+
+
+def test_no_thread_draws_batches_after_fit_returns():
+    keras.utils.set_random_seed(2)
+    m = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3, activation="softmax")])
+    m.compile(optimizer="sgd", loss="categorical_crossentropy")
+    m = kerasjit.wrap(m, race=False)
+    m.fit(X, Y, batch_size=16, epochs=2, steps_per_epoch=3, validation_split=0.2, verbose=0)
+    assert not prefetch_threads()     # an epoch cut short by steps_per_epoch included
+    m.predict(X, batch_size=16, verbose=0)
+    assert not prefetch_threads()
 
 
 def test_with_steps_per_execution_the_batches_are_those_drawn_in_place(monkeypatch):

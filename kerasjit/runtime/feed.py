@@ -38,6 +38,9 @@ _KERAS_PYTHONIFY = python_utils.pythonify_logs
 _KERAS_CONCAT = tf_trainer.potentially_ragged_concat
 _KERAS_TO_NUMPY = tf_trainer.convert_to_np_if_not_ragged
 _FEEDING = contextvars.ContextVar("kerasjit_feeding", default=False)
+# The Prefetchers of the innermost feeding block, closed when it ends: no thread
+# draws batches after fit/evaluate/predict returns.
+_PREFETCHERS = contextvars.ContextVar("kerasjit_prefetchers", default=None)
 # The Keras internals used here (Keras 3's TF trainer and epoch iterator); a Keras
 # without them keeps every input on its tf.data path.
 _SUPPORTED = hasattr(EpochIterator, "_enumerate_iterator")
@@ -61,7 +64,13 @@ class ArrayEpochIterator(EpochIterator):
         # steps_per_execution those run as one native call, and the next call's
         # batches are drawn meanwhile.
         batches = super()._get_iterator()
-        return Prefetcher(batches, self.steps_per_execution) if self._prefetch else batches
+        if not self._prefetch:
+            return batches
+        prefetcher = Prefetcher(batches, self.steps_per_execution)
+        owners = _PREFETCHERS.get()
+        if owners is not None:
+            owners.append(prefetcher)
+        return prefetcher
 
     def __next__(self):
         return next(self._epoch_iterator)
@@ -144,7 +153,12 @@ def feeding(model):
     # Under a distribution strategy the batches must stay tf.data's (Keras builds the
     # model from a distributed batch first).
     token = _FEEDING.set(getattr(model, "_distribute_strategy", None) is None)
+    prefetchers = []
+    owned = _PREFETCHERS.set(prefetchers)
     try:
         yield
     finally:
+        _PREFETCHERS.reset(owned)
         _FEEDING.reset(token)
+        for prefetcher in prefetchers:
+            prefetcher.close()

@@ -14,7 +14,7 @@ source raises reaches the consumer in its place.
 import queue
 import threading
 
-_POLL_S = 0.05      # how soon the thread of an abandoned Prefetcher ends
+_POLL_S = 0.01      # how soon the thread of a closed Prefetcher ends
 
 
 class Prefetcher:
@@ -24,7 +24,7 @@ class Prefetcher:
 
     def __init__(self, source, ahead=1):
         self._source, self._ahead = iter(source), ahead
-        self._queue = None
+        self._queue = self._thread = None
         self._closed = threading.Event()
 
     def __iter__(self):
@@ -34,8 +34,10 @@ class Prefetcher:
         if self._queue is None:
             item = next(self._source)
             self._queue = queue.Queue(maxsize=self._ahead)
-            threading.Thread(target=_produce, args=(self._source, self._queue, self._closed),
-                             name="kerasjit-prefetch", daemon=True).start()
+            self._thread = threading.Thread(
+                target=_produce, args=(self._source, self._queue, self._closed),
+                name="kerasjit-prefetch", daemon=True)
+            self._thread.start()
             return item
         kind, value = self._queue.get()
         if kind == "item":
@@ -46,9 +48,13 @@ class Prefetcher:
         raise value
 
     def close(self):
+        """Stop drawing and wait for the thread (at most the item it is drawing)."""
         self._closed.set()
+        if self._thread is not None:
+            self._thread.join()
 
-    __del__ = close
+    def __del__(self):
+        self._closed.set()
 
 
 def _produce(source, out, closed):
