@@ -1,7 +1,8 @@
 """Kernel IR -> LLVM IR: one function per loop kernel, one entry per program.
 
 The entry takes a table of buffer pointers and runs every step in order
-(loop kernels, sgemm calls), so a compiled cluster is one native call.
+(loop kernels, generated narrow GEMMs, sgemm calls), so a compiled cluster
+is one native call, run with denormals flushed as TensorFlow runs its kernels.
 Expressions are rendered once per loop iteration (a DAG, memoised);
 reductions become inner loops whose accumulators live in allocas that
 LLVM promotes to registers. Large kernels run their outermost loop on

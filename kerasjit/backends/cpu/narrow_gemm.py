@@ -154,9 +154,9 @@ class _Emitter:
                                        self._mask(count)])
         else:       # one scatter (a lane per store would be code LLVM spends long on)
             base = b.ptrtoint(self._at(pointer, offset), I64)
-            lanes = ir.Constant(ir.VectorType(I64, self.lanes),
-                                [4 * stride * lane for lane in range(self.lanes)])
-            where = b.inttoptr(b.add(self.broadcast(base, I64), lanes),
+            byte_offsets = ir.Constant(ir.VectorType(I64, self.lanes),
+                                       [4 * stride * lane for lane in range(self.lanes)])
+            where = b.inttoptr(b.add(self.broadcast(base, I64), byte_offsets),
                                ir.VectorType(PTR, self.lanes))
             b.call(self.scatter, [vector, where, ir.Constant(I32, 4), self._mask(count)])
 
