@@ -113,3 +113,12 @@ def test_with_steps_per_execution_the_batches_are_those_drawn_in_place(monkeypat
     assert history == in_place_history
     for a, b in zip(weights, in_place_weights):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_closed_prefetcher_ends_instead_of_waiting():
+    items = Prefetcher(iter(range(10)))
+    next(items)
+    items.close()
+    assert not prefetch_threads()
+    with pytest.raises(StopIteration):
+        next(items)

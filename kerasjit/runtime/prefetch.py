@@ -39,6 +39,8 @@ class Prefetcher:
                 name="kerasjit-prefetch", daemon=True)
             self._thread.start()
             return item
+        if self._closed.is_set():             # (no thread left to wait for)
+            raise StopIteration
         kind, value = self._queue.get()
         if kind == "item":
             return value
@@ -73,5 +75,5 @@ def _produce(source, out, closed):
             if not put(("item", item)):
                 return
         put(("end", None))
-    except Exception as error:        # (the consumer raises it)
+    except BaseException as error:    # (the consumer raises it; never left waiting)
         put(("error", error))
