@@ -51,7 +51,7 @@ class ArrayEpochIterator(EpochIterator):
     TFEpochIterator does: the TF trainer's functions draw up to
     steps_per_execution batches from it, and a short last execution is not
     'running out of data' (the numpy iterator would warn so). Batches are
-    drawn one ahead on a second thread (prefetch.py), except with
+    drawn ahead on a second thread (prefetch.py), except with
     shuffle="batch", which draws from numpy's global RNG for every batch: on
     another thread those draws would interleave with the caller's."""
 

@@ -1,4 +1,4 @@
-"""Batches drawn one ahead on a second thread while the step computes.
+"""Batches drawn ahead on a second thread while the step computes.
 
 Drawing a shuffled batch (numpy fancy indexing of every input array) is
 memory-bound work, ~50 us for a 100x784 float batch here: as long as a small
