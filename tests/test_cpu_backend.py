@@ -238,3 +238,19 @@ ENTRY %e (a: f32[{n}], b: f32[{n}]) -> f32[{n}] {{
     assert split == (parallel.usable_cores() > 1)
     product = executable([np.full(n, 1e-39, np.float32), np.ones(n, np.float32)])[0]
     assert not product.any()
+
+
+def test_f32_exponential_is_within_an_ulp_and_keeps_expf_edges():
+    """f32 exp is generated arithmetic the vectoriser widens, not a libm call."""
+    import kerasjit
+    exp = kerasjit.jit(lambda a: tf.exp(a), race=False)
+    x = np.random.default_rng(1).uniform(-87, 88.7, 1 << 16).astype(np.float32)
+    exact = np.exp(x.astype(np.float64))
+    ulps = np.abs(exp(x) - exact) / np.spacing(exact.astype(np.float32))
+    assert ulps.max() <= 1.0
+    edges = np.array([np.inf, -np.inf, np.nan, 88.72283, 88.7229, -87.3365, 0.0, -0.0, -104],
+                     np.float32)
+    np.testing.assert_array_equal(exp(edges), [np.inf, 0, np.nan, np.exp(np.float32(88.72283)),
+                                               np.inf, np.exp(np.float32(-87.3365)), 1, 1, 0])
+    assert exp(np.float32([-88.0]))[0] == 0.0       # a denormal result, flushed as in TF
+    assert (tf.exp(tf.constant([-88.0])).numpy() == 0.0).all()
