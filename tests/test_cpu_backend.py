@@ -254,3 +254,19 @@ def test_f32_exponential_is_within_an_ulp_and_keeps_expf_edges():
                                                np.inf, np.exp(np.float32(-87.3365)), 1, 1, 0])
     assert exp(np.float32([-88.0]))[0] == 0.0       # a denormal result, flushed as in TF
     assert (tf.exp(tf.constant([-88.0])).numpy() == 0.0).all()
+
+
+def test_f32_tanh_is_within_two_ulps_and_keeps_its_edges():
+    """f32 tanh, like exp, is generated arithmetic: a polynomial near 0 and
+    exp-based beyond 0.625, one selected without branching."""
+    import kerasjit
+    tanh = kerasjit.jit(lambda a: tf.tanh(a), race=False)
+    for lo, hi in ((-0.7, 0.7), (-20, 20)):
+        x = np.random.default_rng(2).uniform(lo, hi, 1 << 16).astype(np.float32)
+        exact = np.tanh(x.astype(np.float64))
+        ulps = np.abs(tanh(x) - exact) / np.spacing(np.abs(exact).astype(np.float32))
+        assert ulps.max() <= 2.0
+    edges = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 100, -100], np.float32)
+    got = tanh(edges)
+    np.testing.assert_array_equal(got, [1, -1, np.nan, 0, 0, 1, -1])
+    assert np.signbit(got[4])                        # tanh(-0) = -0
