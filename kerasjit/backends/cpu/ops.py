@@ -79,6 +79,8 @@ class OpEmitter:
             return self.exp(b, args[0])
         if opcode == "tanh" and isinstance(args[0].type, ir.FloatType):
             return self.tanh_f32(b, args[0])
+        if opcode == "log" and isinstance(args[0].type, ir.FloatType):
+            return self.log_f32(b, args[0])
         if opcode in _INTRINSIC:
             return self._intrinsic(b, _INTRINSIC[opcode], args)
         if opcode in _LIBM:
@@ -152,6 +154,46 @@ class OpEmitter:
                                                       c(1.0))))
         chosen = b.select(b.fcmp_ordered("<", magnitude, c(0.625)), small, large)
         return self._intrinsic(b, "llvm.copysign", [chosen, x])     # (tanh(-0) = -0)
+
+    def log_f32(self, b, x):
+        """log as vectorisable arithmetic (see exp): Cephes' logf. x = m 2^e
+        from the bits, m in [sqrt(1/2), sqrt(2)), log(1 + (m - 1)) by a
+        polynomial, plus e ln2 in two parts. Within 1 ulp. The tests on x are
+        made on its bits: the flushed-denormal mode (codegen._flush_denormals)
+        reads a denormal operand of float arithmetic as 0, and TensorFlow's log
+        of a denormal is its true log (a denormal is rescaled from its integer
+        mantissa here). 0 gives -inf, negatives NaN, +inf and NaN themselves."""
+        f32, i32 = x.type, ir.IntType(32)
+
+        def c(value):
+            return ir.Constant(f32, value)
+
+        def i(value):
+            return ir.Constant(i32, value)
+        raw = b.bitcast(x, i32)
+        magnitude = b.and_(raw, i(0x7fffffff))
+        denormal = b.and_(b.icmp_signed(">", raw, i(0)), b.icmp_signed("<", raw, i(0x00800000)))
+        # A denormal is its mantissa (an integer, exact as a float) times 2^-149.
+        bits = b.select(denormal, b.bitcast(b.sitofp(raw, f32), i32), raw)
+        e = b.sitofp(b.sub(b.lshr(bits, i(23)), i(126)), f32)         # x = m 2^e, m in [1/2, 1)
+        e = b.select(denormal, b.fsub(e, c(149.0)), e)
+        m = b.bitcast(b.or_(b.and_(bits, i(0x007fffff)), i(0x3f000000)), f32)
+        low = b.fcmp_ordered("<", m, c(0.707106781186547524))
+        e = b.select(low, b.fsub(e, c(1.0)), e)
+        m = b.fsub(b.select(low, b.fadd(m, m), m), c(1.0))              # now in [-0.29, 0.41)
+        z = b.fmul(m, m)
+        p = c(7.0376836292e-2)
+        for coefficient in (-1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
+                            1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1,
+                            -2.4999993993e-1, 3.3333331174e-1):
+            p = b.fadd(b.fmul(p, m), c(coefficient))
+        y = b.fmul(b.fmul(p, m), z)
+        y = b.fadd(y, b.fmul(e, c(-2.12194440e-4)))
+        y = b.fsub(y, b.fmul(z, c(0.5)))
+        y = b.fadd(b.fadd(m, y), b.fmul(e, c(0.693359375)))
+        y = b.select(b.icmp_signed(">=", magnitude, i(0x7f800000)), x, y)   # +inf, NaN
+        y = b.select(b.icmp_signed("<", raw, i(0)), c(float("nan")), y)   # negative
+        return b.select(b.icmp_signed("==", magnitude, i(0)), c(float("-inf")), y)
 
     def int_op(self, b, opcode, dtype, args):
         signed = is_signed(dtype)
