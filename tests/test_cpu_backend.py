@@ -266,10 +266,11 @@ def test_f32_tanh_is_within_two_ulps_and_keeps_its_edges():
         exact = np.tanh(x.astype(np.float64))
         ulps = np.abs(tanh(x) - exact) / np.spacing(np.abs(exact).astype(np.float32))
         assert ulps.max() <= 2.0
-    edges = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 100, -100], np.float32)
+    edges = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 100, -100, 1e-40], np.float32)
     got = tanh(edges)
-    np.testing.assert_array_equal(got, [1, -1, np.nan, 0, 0, 1, -1])
+    np.testing.assert_array_equal(got, [1, -1, np.nan, 0, 0, 1, -1, 0])
     assert np.signbit(got[4])                        # tanh(-0) = -0
+    np.testing.assert_array_equal(got[-1:], tf.tanh(edges[-1:]).numpy())   # a denormal: 0
 
 
 def test_f32_log_is_within_an_ulp_and_keeps_its_edges():
