@@ -20,6 +20,18 @@ _INTRINSIC = {"log": "llvm.log", "sqrt": "llvm.sqrt",
               "maximum": "llvm.maximum", "minimum": "llvm.minimum", "power": "llvm.pow"}
 
 
+def _f32(value):
+    return ir.Constant(ir.FloatType(), value)
+
+
+def _horner(b, x, coefficients):
+    """The polynomial with these coefficients (highest power first) at x."""
+    p = _f32(coefficients[0])
+    for coefficient in coefficients[1:]:
+        p = b.fadd(b.fmul(p, x), _f32(coefficient))
+    return p
+
+
 class OpEmitter:
     def __init__(self, module):
         self.module = module
@@ -106,24 +118,19 @@ class OpEmitter:
         """e^x. For f32, arithmetic the loop vectoriser can widen (a libm call
         per element it cannot; 1M elements took 4.3 ms that way): x = n ln2 + r
         with |r| <= ln2/2 (Cody-Waite, ln2 in two parts), e^r by Cephes' expf
-        polynomial, times 2^n built in the exponent bits. Within 2 ulp of expf;
-        NaN, +-inf and overflow as expf; below 2^-126 the result is 0, as the
+        polynomial, times 2^n built in the exponent bits. Within 1 ulp; NaN,
+        +-inf and overflow as expf; below 2^-126 the result is 0, as the
         flushed denormals (codegen._flush_denormals) make it anyway."""
         if not isinstance(x.type, ir.FloatType):
             return self._intrinsic(b, "llvm.exp", [x])
-        f32, i32 = x.type, ir.IntType(32)
-
-        def c(value):
-            return ir.Constant(f32, value)
+        f32, i32, c = x.type, ir.IntType(32), _f32
         hi, lo = 88.72283935546875, -87.33654475     # e^hi < 2^128, e^lo ~ 2^-126
         inside = self._intrinsic(b, "llvm.minnum", [self._intrinsic(b, "llvm.maxnum", [x, c(lo)]),
                                                     c(hi)])          # (NaN -> lo: no poison)
         n = self._intrinsic(b, "llvm.roundeven", [b.fmul(inside, c(1.4426950408889634))])
         r = b.fsub(b.fsub(inside, b.fmul(n, c(0.693359375))), b.fmul(n, c(-2.12194440e-4)))
-        p = c(1.9875691500e-4)
-        for coefficient in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
-                            1.6666665459e-1, 5.0000001201e-1):
-            p = b.fadd(b.fmul(p, r), c(coefficient))
+        p = _horner(b, r, (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3,
+                           4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1))
         p = b.fadd(b.fadd(b.fmul(b.fmul(p, r), r), r), c(1.0))
         # n reaches 128 just below `hi`: 2^n as 2^min(n, 127) times 1 or 2.
         top = b.fcmp_ordered(">", n, c(127.0))
@@ -139,15 +146,10 @@ class OpEmitter:
         polynomial below |x| = 0.625 and 1 - 2 / (e^2|x| + 1) above, with
         x's sign; both are computed and one selected, so the loop stays
         branch-free. Within 1.3 ulp; NaN stays NaN, +-inf gives +-1."""
-        f32 = x.type
-
-        def c(value):
-            return ir.Constant(f32, value)
+        c = _f32
         z = b.fmul(x, x)
-        p = c(-5.70498872745e-3)
-        for coefficient in (2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1,
-                            -3.33332819422e-1):
-            p = b.fadd(b.fmul(p, z), c(coefficient))
+        p = _horner(b, z, (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2,
+                           1.33314422036e-1, -3.33332819422e-1))
         small = b.fadd(b.fmul(b.fmul(p, z), x), x)
         magnitude = self._intrinsic(b, "llvm.fabs", [x])
         large = b.fsub(c(1.0), b.fdiv(c(2.0), b.fadd(self.exp(b, b.fadd(magnitude, magnitude)),
@@ -163,10 +165,7 @@ class OpEmitter:
         reads a denormal operand of float arithmetic as 0, and TensorFlow's log
         of a denormal is its true log (a denormal is rescaled from its integer
         mantissa here). 0 gives -inf, negatives NaN, +inf and NaN themselves."""
-        f32, i32 = x.type, ir.IntType(32)
-
-        def c(value):
-            return ir.Constant(f32, value)
+        f32, i32, c = x.type, ir.IntType(32), _f32
 
         def i(value):
             return ir.Constant(i32, value)
@@ -182,11 +181,9 @@ class OpEmitter:
         e = b.select(low, b.fsub(e, c(1.0)), e)
         m = b.fsub(b.select(low, b.fadd(m, m), m), c(1.0))              # now in [-0.29, 0.41)
         z = b.fmul(m, m)
-        p = c(7.0376836292e-2)
-        for coefficient in (-1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
-                            1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1,
-                            -2.4999993993e-1, 3.3333331174e-1):
-            p = b.fadd(b.fmul(p, m), c(coefficient))
+        p = _horner(b, m, (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1,
+                           -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
+                           2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1))
         y = b.fmul(b.fmul(p, m), z)
         y = b.fadd(y, b.fmul(e, c(-2.12194440e-4)))
         y = b.fsub(y, b.fmul(z, c(0.5)))
