@@ -151,8 +151,7 @@ class CompiledStep:
         """
         if len(batches) == 1:     # (fit's usual call: the grouping below costs ~4 us)
             key, flat = self._key(batches[0])
-            run = self._program(key, flat, batches[0])
-            return run.pack(run([a for a in flat if a is not None]))
+            return self._run_group(key, [flat], batches[0], keep_all)
         groups = []               # [key, flats, first args]
         for args in batches:
             key, flat = self._key(args)
@@ -180,7 +179,8 @@ class CompiledStep:
             run.state.write(new_state)
         else:
             per_step = [run(tensors) for tensors in steps]
-            outputs = [np.concatenate(o) for o in zip(*per_step)] if keep_all else per_step[-1]
+            outputs = [np.concatenate(o) for o in zip(*per_step)] \
+                if keep_all and len(per_step) > 1 else per_step[-1]
         return run.pack(outputs)
 
 
