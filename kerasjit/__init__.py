@@ -9,7 +9,7 @@ from .step import jit
 from .wrap import wrap
 
 __version__ = "0.1.0"
-__all__ = ["wrap", "jit", "explain", "JitProfiler", "report"]
+__all__ = ["wrap", "jit", "explain", "kernel_profile", "JitProfiler", "report"]
 
 
 def __getattr__(name):
@@ -18,6 +18,9 @@ def __getattr__(name):
     if name == "JitProfiler":
         from .callbacks import JitProfiler
         return JitProfiler
+    if name == "kernel_profile":
+        from .backends.cpu.profile import kernel_profile
+        return kernel_profile
     if name == "report":
         return importlib.import_module(".report", __name__)
     raise AttributeError(f"module 'kerasjit' has no attribute {name!r}")

@@ -1,7 +1,8 @@
 """The CPU backend: HLO passes -> fused kernels -> LLVM (llvmlite) -> one native call per cluster.
 
 KERASJIT_DEBUG=1 runs the HLO verifier after every pass; KERASJIT_DUMP_DIR=path
-writes the module after each pass there.
+writes the module after each pass there; KERASJIT_PROFILE_KERNELS=1 times every
+kernel (kerasjit.kernel_profile()).
 """
 import dataclasses
 import math
@@ -10,7 +11,7 @@ from ... import __version__
 from ...kernels.ir import LoopKernel, Reduce, leaf_steps, walk
 from ...kernels.lower import lower
 from ...passes import optimize, optimize_as_configured
-from . import cache, engine
+from . import cache, engine, profile
 from .blas import register_blas_symbols
 from .codegen import render_program
 from .executable import CpuExecutable
@@ -45,7 +46,9 @@ class CpuBackend:
         or take the native code from the compile cache. donate: {parameter index:
         output index} whose memory the caller gives up (kernels/aliasing.py)."""
         blas_threads_local = register_blas_symbols()
-        host = f"{engine.host_description()} blas-threads-local:{blas_threads_local}"
+        timed = profile.enabled()
+        host = (f"{engine.host_description()} blas-threads-local:{blas_threads_local}"
+                f"{' kernel-profile' if timed else ''}")
         key = cache.cache_key(module, host, __version__, donate)
         if key in self.loaded:          # same HLO again in this process: share the code
             optimize(module)
@@ -56,16 +59,22 @@ class CpuBackend:
             optimize_as_configured(module)
             program = lower(module, donate)
             name = f"cluster_{key[:16]}"
-            llvm_module, kernels = render_program(program, name, blas_threads_local,
-                                                   engine.vector_lanes(), engine.is_x86())
+            llvm_module, kernels, counters = render_program(
+                program, name, blas_threads_local, engine.vector_lanes(), engine.is_x86(),
+                profile.Counters if timed else None)
             code = engine.object_code(engine.optimize(llvm_module, has_long_loops(program)))
             # What the executable needs of the program; expressions live in the code now.
             record = {"program": dataclasses.replace(program, steps=[]),
-                      "object": code, "entry": f"{name}_entry", "kernels": kernels}
+                      "object": code, "entry": f"{name}_entry", "kernels": kernels,
+                      "counters": counters and (counters.global_name, counters.labels)}
             cache.store(key, record)
         else:
             optimize(module)     # explain() shows the HLO as compiled either way
         address = engine.load_object(record["object"], record["entry"])
+        if record.get("counters"):
+            global_name, labels = record["counters"]
+            profile.register(record["entry"].removesuffix("_entry"), labels,
+                             engine.global_address(global_name))
         self.loaded[key] = (record, address)
         return CpuExecutable(record["program"], address, record["kernels"])
 

@@ -11,7 +11,7 @@ several threads (parallel.py).
 from llvmlite import ir
 
 from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, Index, Load, Op, Reduce,
-                           ReduceVar, Var, walk)
+                           ReduceVar, Var, leaf_steps, walk)
 from . import narrow_gemm, parallel
 from .blas import SGEMM_SYMBOL, SINGLE_THREAD_MNK, THREADS_LOCAL_SYMBOL
 from .llvm_types import I64, PTR, counted_loop, memory_type, register_type
@@ -264,12 +264,14 @@ def _flush_denormals(module, b):
     return restore
 
 
-def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x86=False):
+def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x86=False,
+                   counters=None):
     """An llvmlite Module with `{name}_entry(ptr buffers)` running every step,
     and the (name, LLVM IR) of the entry and each kernel function for explain()
     (a split kernel's listing ends with its thread entry). `lanes`: floats per
     vector register, for the narrow GEMMs' hand-blocked vector code; `x86`:
-    the entry flushes denormals (MXCSR) while it runs."""
+    the entry flushes denormals (MXCSR) while it runs; `counters`: a
+    profile.Counters class, to time each step."""
     module = ir.Module(name=name)
     ops = OpEmitter(module)
     entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), f"{name}_entry")
@@ -282,43 +284,51 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
         if blas_threads_local else None
     may_split = parallel.cores_free(program.steps, blas_threads_local)
     kernels = []
+    if counters is not None:
+        counters = counters(module, name, list(leaf_steps(program.steps)))
 
     def emit(steps, chunk):
         for step in steps:
             if isinstance(step, ChunkLoop):
                 counted_loop(eb, entry, step.count, lambda i, s=step: emit(s.steps, i))
-            elif isinstance(step, GemmCall) and (gemm := narrow_gemm.plan(step)):
-                fn = narrow_gemm.emit(module, gemm, f"{name}_k{len(module.functions)}", lanes)
-                a, b = (step.rhs, step.lhs) if gemm.swapped else (step.lhs, step.rhs)
-                eb.call(fn, [_buffer_pointer(eb, table, bid) for bid in (step.out, a, b)])
-                kernels.append((fn.name, str(fn)))
-            elif isinstance(step, GemmCall):
-                _gemm(eb, sgemm, step, table, chunk, threads_local)
+            elif counters is not None:
+                counters.timed(eb, lambda s=step: emit_leaf(s, chunk))
             else:
-                buffers = kernel_buffers(step)
-                split = may_split and parallel.worth_splitting(step, outer_dims(step))
-                fn = ir.Function(module, ir.FunctionType(
-                    ir.VoidType(), [PTR] * len(buffers) + [I64] * (3 if split else 1)),
-                    f"{name}_k{len(module.functions)}")
-                fn.linkage = "internal"
-                # Never inlined into the entry: LLVM takes float arithmetic to be
-                # independent of MXCSR and could move it across the denormal
-                # flush's ldmxcsr there. (A call per kernel and step costs nothing,
-                # and one huge entry took a third more optimiser time.)
-                fn.attributes.add("noinline")
-                for arg in fn.args[:len(buffers)]:
-                    arg.add_attribute("noalias")
-                _KernelBuilder(module, ops, program, step, fn, split).build()
+                emit_leaf(step, chunk)
 
-                def load_buffers(b, table, buffers=buffers):
-                    return [_buffer_pointer(b, table, bid) for bid in buffers]
-                if split:
-                    task = parallel.call_split(eb, fn, load_buffers, table, chunk, step.dims[0])
-                    kernels.append((fn.name, f"{fn}\n{task}"))
-                else:
-                    eb.call(fn, load_buffers(eb, table) + [chunk])
-                    kernels.append((fn.name, str(fn)))
+    def emit_leaf(step, chunk):
+        if isinstance(step, GemmCall) and (gemm := narrow_gemm.plan(step)):
+            fn = narrow_gemm.emit(module, gemm, f"{name}_k{len(module.functions)}", lanes)
+            a, b = (step.rhs, step.lhs) if gemm.swapped else (step.lhs, step.rhs)
+            eb.call(fn, [_buffer_pointer(eb, table, bid) for bid in (step.out, a, b)])
+            kernels.append((fn.name, str(fn)))
+        elif isinstance(step, GemmCall):
+            _gemm(eb, sgemm, step, table, chunk, threads_local)
+        else:
+            buffers = kernel_buffers(step)
+            split = may_split and parallel.worth_splitting(step, outer_dims(step))
+            fn = ir.Function(module, ir.FunctionType(
+                ir.VoidType(), [PTR] * len(buffers) + [I64] * (3 if split else 1)),
+                f"{name}_k{len(module.functions)}")
+            fn.linkage = "internal"
+            # Never inlined into the entry: LLVM takes float arithmetic to be
+            # independent of MXCSR and could move it across the denormal
+            # flush's ldmxcsr there. (A call per kernel and step costs nothing,
+            # and one huge entry took a third more optimiser time.)
+            fn.attributes.add("noinline")
+            for arg in fn.args[:len(buffers)]:
+                arg.add_attribute("noalias")
+            _KernelBuilder(module, ops, program, step, fn, split).build()
+
+            def load_buffers(b, table, buffers=buffers):
+                return [_buffer_pointer(b, table, bid) for bid in buffers]
+            if split:
+                task = parallel.call_split(eb, fn, load_buffers, table, chunk, step.dims[0])
+                kernels.append((fn.name, f"{fn}\n{task}"))
+            else:
+                eb.call(fn, load_buffers(eb, table) + [chunk])
+                kernels.append((fn.name, str(fn)))
     emit(program.steps, ir.Constant(I64, 0))
     restore_fp_mode()
     eb.ret_void()
-    return module, [(entry.name, str(entry))] + kernels
+    return module, [(entry.name, str(entry))] + kernels, counters

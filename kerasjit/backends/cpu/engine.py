@@ -75,3 +75,9 @@ def load_object(code, entry):
     if not address:
         raise RuntimeError(f"kerasjit: linked object has no symbol {entry}")
     return address
+
+
+def global_address(name):
+    """Address of a global variable of a loaded object."""
+    with _lock:
+        return _jit()["engine"].get_global_value_address(name)

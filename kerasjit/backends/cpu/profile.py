@@ -1,0 +1,91 @@
+"""Per-kernel time inside compiled entries, for finding which kernel a step waits on.
+
+With KERASJIT_PROFILE_KERNELS=1, every step of a compiled entry (loop
+kernel, generated narrow GEMM, sgemm call) is bracketed by clock_gettime
+calls that add its nanoseconds and a call count to a global array of the
+module; `kerasjit.kernel_profile()` reads them. Off by default: the clock
+costs tens of nanoseconds a step, and the flag is part of the compile-cache
+key. The counts are plain adds: two threads running the same cluster at
+once may lose some.
+"""
+import os
+import time
+
+from llvmlite import ir
+
+from ...kernels.ir import GemmCall
+from . import narrow_gemm
+from .llvm_types import I64, PTR
+
+_loaded = {}            # global's address -> (cluster, labels): each compiled module once
+
+
+def enabled():
+    return os.environ.get("KERASJIT_PROFILE_KERNELS", "") not in ("", "0")
+
+
+class Counters:
+    """Emits the timing around each of a program's `steps` (leaf steps, in
+    the order emitted) into a global array of [nanoseconds, calls] per step."""
+
+    def __init__(self, module, name, steps):
+        self.labels = [_label(step) for step in steps]
+        self.global_name = f"{name}_kernel_ns"
+        self._table = ir.GlobalVariable(module, ir.ArrayType(I64, 2 * len(self.labels)),
+                                        self.global_name)
+        self._table.initializer = ir.Constant(ir.ArrayType(I64, 2 * len(self.labels)), None)
+        i32 = ir.IntType(32)
+        self._clock = ir.Function(module, ir.FunctionType(i32, [i32, PTR]), "clock_gettime")
+        self._next = 0
+
+    def _now(self, b):
+        with b.goto_entry_block():
+            spec = b.alloca(ir.ArrayType(I64, 2))     # struct timespec {sec, nsec}
+        b.call(self._clock, [ir.Constant(ir.IntType(32), time.CLOCK_MONOTONIC), spec])
+        seconds, nanos = (b.load(b.gep(spec, [ir.Constant(I64, 0), ir.Constant(I64, i)]), typ=I64)
+                          for i in (0, 1))
+        return b.add(b.mul(seconds, ir.Constant(I64, 10 ** 9)), nanos)
+
+    def timed(self, b, emit):
+        """Emit the next step (`emit()`, at `b`) between two clock reads."""
+        start = self._now(b)
+        emit()
+        elapsed = b.sub(self._now(b), start)
+        i, self._next = self._next, self._next + 1
+        for offset, amount in ((2 * i, elapsed), (2 * i + 1, ir.Constant(I64, 1))):
+            slot = b.gep(self._table, [ir.Constant(I64, 0), ir.Constant(I64, offset)])
+            b.store(b.add(b.load(slot, typ=I64), amount), slot)
+
+
+def _label(step):
+    """A step's kernel-IR name and size: loop extents, or the GEMM's M x N x K."""
+    if isinstance(step, GemmCall):
+        kind = "narrow GEMM" if narrow_gemm.plan(step) else "sgemm"
+        return f"{step.name} ({kind} {step.m}x{step.n}x{step.k})"
+    return f"{step.name} ({'x'.join(map(str, step.dims))})"
+
+
+def register(cluster, labels, address):
+    """A loaded entry's counters (`address`: its global's), read by kernel_profile()."""
+    _loaded[address] = (cluster, labels)
+
+
+def kernel_profile(reset=False):
+    """Time per compiled step since the process started (or the last reset),
+    as a DataFrame sorted by total time: cluster, kernel, calls, seconds,
+    share. Empty unless KERASJIT_PROFILE_KERNELS=1 was set before compiling."""
+    import ctypes
+
+    import pandas as pd
+    rows = []
+    for address, (cluster, labels) in _loaded.items():
+        counts = (ctypes.c_int64 * (2 * len(labels))).from_address(address)
+        for i, label in enumerate(labels):
+            rows.append((cluster, label, counts[2 * i + 1], counts[2 * i] / 1e9))
+        if reset:
+            ctypes.memset(address, 0, ctypes.sizeof(counts))
+    frame = pd.DataFrame(rows, columns=["cluster", "kernel", "calls", "seconds"])
+    frame = frame.sort_values("seconds", ascending=False, ignore_index=True)
+    total = frame["seconds"].sum()
+    frame["share"] = frame["seconds"] / total if total else 0.0
+    return frame

@@ -1,0 +1,46 @@
+"""KERASJIT_PROFILE_KERNELS: time per compiled kernel, without changing results."""
+import numpy as np
+import tensorflow as tf
+
+import kerasjit
+
+
+def relu_layer(x, w):
+    return tf.nn.relu(tf.matmul(x, w) + 1.0)
+
+
+X = np.random.default_rng(0).normal(size=(64, 200)).astype(np.float32)
+W = np.random.default_rng(1).normal(size=(200, 96)).astype(np.float32)
+
+
+def clusters(profile):
+    return set(profile["cluster"])
+
+
+def test_every_kernel_of_a_profiled_cluster_is_timed_and_counted(monkeypatch):
+    before = clusters(kerasjit.kernel_profile())
+    monkeypatch.setenv("KERASJIT_PROFILE_KERNELS", "1")
+    f = kerasjit.jit(relu_layer, race=False)     # (racing, some calls would run in TF)
+    for _ in range(3):
+        np.testing.assert_allclose(f(X, W), relu_layer(X, W).numpy(), rtol=1e-5, atol=1e-4)
+    profile = kerasjit.kernel_profile()
+    mine = profile[profile["cluster"].isin(clusters(profile) - before)]
+    assert list(mine.columns) == ["cluster", "kernel", "calls", "seconds", "share"]
+    assert any("sgemm 64x96x200" in k for k in mine["kernel"])      # the product
+    assert len(mine) >= 2                                           # and its bias + relu
+    assert (mine["calls"] == 3).all() and (mine["seconds"] > 0).all()
+    assert list(profile["seconds"]) == sorted(profile["seconds"], reverse=True)
+    assert abs(profile["share"].sum() - 1) < 1e-9
+    kerasjit.kernel_profile(reset=True)
+    assert (kerasjit.kernel_profile()["calls"] == 0).all()
+    f(X, W)
+    again = kerasjit.kernel_profile()
+    assert (again[again["cluster"].isin(set(mine["cluster"]))]["calls"] == 1).all()
+
+
+def test_without_the_variable_nothing_is_timed(monkeypatch):
+    monkeypatch.delenv("KERASJIT_PROFILE_KERNELS", raising=False)
+    before = clusters(kerasjit.kernel_profile())
+    f = kerasjit.jit(lambda x, w: tf.nn.sigmoid(tf.matmul(x, w)), race=False)
+    f(X, W)
+    assert clusters(kerasjit.kernel_profile()) == before
