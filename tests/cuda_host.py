@@ -1,9 +1,9 @@
 """CUDA kernels on the CPU: the GPU backend's code paths without a GPU.
 
 `build` compiles kerasjit's CUDA C with g++ as C++, the CUDA names defined by
-a small harness (a launch is two loops over the thread grid: the kernels
-have no barriers or shared memory, so running threads one after another is
-a valid schedule). `HostDevice` is the device interface of
+a small harness (a launch runs the blocks one after another, each block's
+threads as coroutines that take turns at every __syncthreads(), so block
+reductions in shared memory run as on a device). `HostDevice` is the device interface of
 kerasjit/backends/gpu/device.py on top of it: numpy memory, these kernels,
 GEMMs by numpy, and "graphs" that replay the recorded launches.
 """
@@ -19,9 +19,12 @@ import pytest
 HARNESS = r"""
 #include <cmath>
 #include <cstring>
+#include <ucontext.h>
+#include <vector>
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __shared__ static
 struct kj_uint3 { unsigned x, y, z; };
 static kj_uint3 blockIdx, threadIdx, blockDim, gridDim;
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
@@ -30,13 +33,50 @@ static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
 static inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
+
+// A block's threads are coroutines on this one OS thread: each runs until it
+// reaches __syncthreads() or returns, then the next one runs; a round over all
+// of them takes every thread through the same barrier.
+static ucontext_t kj_scheduler;
+static std::vector<ucontext_t> kj_contexts;
+static void (*kj_kernel)(void**, long long);
+static void** kj_buffers;
+static long long kj_chunk;
+static bool kj_returned;
+static inline void __syncthreads() {
+    swapcontext(&kj_contexts[threadIdx.x], &kj_scheduler);
+}
+static void kj_thread() {
+    kj_kernel(kj_buffers, kj_chunk);
+    kj_returned = true;     // then back to the scheduler (uc_link)
+}
 extern "C" void kj_launch(void (*kernel)(void**, long long), void** buffers, long long chunk,
                           unsigned blocks, unsigned threads) {
+    kj_kernel = kernel, kj_buffers = buffers, kj_chunk = chunk;
     gridDim.x = blocks;
     blockDim.x = threads;
-    for (blockIdx.x = 0; blockIdx.x < blocks; ++blockIdx.x)
-        for (threadIdx.x = 0; threadIdx.x < threads; ++threadIdx.x)
-            kernel(buffers, chunk);
+    kj_contexts.assign(threads, ucontext_t());
+    std::vector<std::vector<char>> stacks(threads, std::vector<char>(1 << 16));
+    std::vector<char> running(threads);
+    for (blockIdx.x = 0; blockIdx.x < blocks; ++blockIdx.x) {
+        for (unsigned t = 0; t < threads; ++t) {
+            getcontext(&kj_contexts[t]);
+            kj_contexts[t].uc_stack.ss_sp = stacks[t].data();
+            kj_contexts[t].uc_stack.ss_size = stacks[t].size();
+            kj_contexts[t].uc_link = &kj_scheduler;
+            makecontext(&kj_contexts[t], kj_thread, 0);
+            running[t] = 1;
+        }
+        for (unsigned left = threads; left;) {
+            for (unsigned t = 0; t < threads; ++t) {
+                if (!running[t]) continue;
+                threadIdx.x = t;
+                kj_returned = false;
+                swapcontext(&kj_scheduler, &kj_contexts[t]);
+                if (kj_returned) running[t] = 0, --left;
+            }
+        }
+    }
 }
 """
 # Fewer threads than most iteration spaces: the grid-stride loop goes round.
@@ -96,7 +136,7 @@ class HostDevice:
         library = Library(source, self.tmp)
         return {n: (library, n) for n in names}
 
-    def launch(self, kernel, elements, table, chunk):
+    def launch(self, kernel, threads, table, chunk):
         library, name = kernel
         library.launch(name, table.ctypes.data, chunk)
         self.launches += 1

@@ -10,6 +10,11 @@ def rand(*dims, seed=0):
     return np.random.default_rng(seed).standard_normal(dims).astype(np.float32)
 
 
+def eighths(*dims, seed=0):
+    """Multiples of 1/8 in [-2, 2]: their sums are exact in any order."""
+    return (np.random.default_rng(seed).integers(-16, 17, dims) / 8).astype(np.float32)
+
+
 LOOP_ONLY = {
     "reductions": (lambda x: (tf.reduce_sum(x, 0), tf.reduce_max(x, [1, 2]), tf.reduce_mean(x),
                               tf.argmax(x, 1), tf.reduce_min(x, 2)), (rand(3, 4, 5),)),
@@ -22,6 +27,11 @@ LOOP_ONLY = {
                             tf.reshape(x, [4, 15]), tf.tile(x, [1, 2, 1]),
                             tf.cumsum(x, axis=1)), (rand(3, 4, 5),)),
     "dynamic_slice": (lambda x, i: tf.slice(x, [i, 1], [2, 3]), (rand(5, 6), np.int32(2))),
+    # Thousands of terms per element (a block per element on the GPU).
+    "long_reductions": (lambda x, n: (
+        tf.reduce_sum(x), tf.reduce_sum(x, 0), tf.reduce_max(x, [0, 2]), tf.argmin(x, 0),
+        tf.reduce_sum(x * x, [0, 1]), tf.reduce_any(x > 1.9), tf.reduce_sum(n)),
+        (eighths(1100, 2, 3), np.arange(-1000, 1048, dtype=np.int32))),
     "philox_u32": (lambda k, c: tf.raw_ops.StatelessRandomUniformFullIntV2(
         shape=[5, 7], key=k, counter=c, alg=1, dtype=tf.uint32),
         (np.array([12345], np.uint64), np.array([2**64 - 3, 5], np.uint64))),

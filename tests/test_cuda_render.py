@@ -100,8 +100,15 @@ def test_train_steps_cover_every_kernel_kind():
                for n in nodes)                                              # Philox
 
 
+def block_per_element(kernel):
+    """A reduction of 1024+ terms: a block per output element, threads over the terms."""
+    return any(isinstance(n, Reduce) and math.prod(n.extents) >= 1024
+               for _, e in kernel.stores for n in walk(e, into_reductions=False))
+
+
 def test_executable_launches_every_step_in_order(tmp_path):
-    """ChunkLoops unrolled: each chunk runs its kernels and GEMMs with its index."""
+    """ChunkLoops unrolled: each chunk runs its kernels and GEMMs with its index,
+    on a thread per element or, for long reductions, a block per element."""
     program = train_step_program("conv_bn")
     names = {id(step): name for name, step in kernel_names(program, "m")}
     executable = GpuExecutable(program, HostDevice(tmp_path), names, [])
@@ -114,9 +121,12 @@ def test_executable_launches_every_step_in_order(tmp_path):
             elif isinstance(step, GemmCall):
                 yield ("gemm", step, chunk)
             else:
-                yield ("kernel", names[id(step)], math.prod(step.dims), chunk)
+                threads = math.prod(step.dims) * (256 if block_per_element(step) else 1)
+                yield ("kernel", names[id(step)], threads, chunk)
     assert executable._launches == list(expected(program.steps))
     assert any(isinstance(s, ChunkLoop) for s in program.steps)
+    assert any(block_per_element(s) for s in leaf_steps(program.steps)     # batch norm
+               if isinstance(s, LoopKernel))
 
 
 # ------------------------------------------------------------------ numerics

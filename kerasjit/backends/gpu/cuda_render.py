@@ -7,6 +7,15 @@ locals (memoised, like the CPU renderer's values); a Reduce becomes an
 inner loop nest over mutable accumulator locals, with its Vars bound to
 those locals and to the body values. GemmCall steps are left to the host
 (cuBLAS, between the kernels: executable.py).
+
+A kernel with a long reduction (BLOCK_REDUCE_TERMS terms or more: a loss
+over the batch, batch-norm statistics over batch and image) is cooperative:
+each block takes one output element at a time (a grid-stride loop over
+blocks), its threads take every blockDim.x-th term into their own
+accumulators, and a tree in shared memory combines those with the
+reduction's own combiner (HLO reductions may be combined in any order).
+Every thread then has the result; thread 0 stores. One thread per element
+would sum a scalar loss's terms one after another on one GPU thread.
 """
 import math
 import re
@@ -16,6 +25,20 @@ from ...kernels.ir import (ChunkIndex, Const, Index, Load, LoopKernel, Op, Reduc
 from .cuda_ops import PRELUDE, ctype, expression, literal, memory_ctype
 
 SIGNATURE = 'extern "C" __global__ void {name}(void** buffers, long long chunk)'
+THREADS = 256               # per block, a power of two (the shared-memory tree halves it)
+BLOCK_REDUCE_TERMS = 1024   # from this many terms a reduction takes a block per element
+
+
+def _long_reductions(kernel):
+    """The kernel's Reduces that a block combines: long ones not inside another."""
+    return [n for _, e in kernel.stores for n in walk(e, into_reductions=False)
+            if isinstance(n, Reduce) and math.prod(n.extents) >= BLOCK_REDUCE_TERMS]
+
+
+def launch_threads(kernel):
+    """Threads a launch of `kernel` wants: one per element, or for a
+    cooperative kernel a block per element."""
+    return math.prod(kernel.dims) * (THREADS if _long_reductions(kernel) else 1)
 
 
 class _Scope:
@@ -32,6 +55,7 @@ class _KernelWriter:
     def __init__(self, program, kernel):
         self.program, self.kernel = program, kernel
         self.lines, self.depth, self.count = [], 1, 0
+        self.cooperative = {n.key for n in _long_reductions(kernel)}
 
     def emit(self, line):
         self.lines.append("    " * self.depth + line)
@@ -63,9 +87,12 @@ class _KernelWriter:
             self.emit(f"{t}* const b{bid} = ({t}*)buffers[{bid}];")
         dims = self.kernel.dims
         total = math.prod(dims)
-        self.block(f"for (s64 flat = (s64)blockIdx.x * blockDim.x + threadIdx.x; "
-                   f"flat < {total}LL; flat += (s64)blockDim.x * gridDim.x)",
-                   lambda: self.element(dims))
+        if self.cooperative:       # (uniform over the block: every thread meets each barrier)
+            loop = f"for (s64 flat = blockIdx.x; flat < {total}LL; flat += gridDim.x)"
+        else:
+            loop = (f"for (s64 flat = (s64)blockIdx.x * blockDim.x + threadIdx.x; "
+                    f"flat < {total}LL; flat += (s64)blockDim.x * gridDim.x)")
+        self.block(loop, lambda: self.element(dims))
         body = "\n".join(self.lines)
         return f"{SIGNATURE.format(name=name)} {{\n{body}\n}}\n"
 
@@ -85,7 +112,8 @@ class _KernelWriter:
             if expr.dtype == "pred":
                 value = f"(u8){value}"
             at = self.address(bid, [f"i{d}" for d in range(len(dims))])
-            self.emit(f"b{bid}[{at}] = {value};")
+            store = f"b{bid}[{at}] = {value};"
+            self.emit(f"if (threadIdx.x == 0) {store}" if self.cooperative else store)
 
     def address(self, bid, index):
         terms, stride = [], 1
@@ -124,27 +152,76 @@ class _KernelWriter:
                                                      [a.dtype for a in node.args], args))
         if isinstance(node, Reduce):
             if node.key not in scope.reduced:
-                scope.reduced[node.key] = self.reduce(node, scope)
+                reduce = self.block_reduce if node.key in self.cooperative else self.reduce
+                scope.reduced[node.key] = reduce(node, scope)
             return scope.reduced[node.key][node.result]
         raise TypeError(node)
 
-    def reduce(self, node, scope):
+    def accumulators(self, node, scope):
         accs = []
         for var, init in zip(node.accs, node.inits):
             accs.append(self.fresh("acc"))
             self.emit(f"{ctype(var.dtype)} {accs[-1]} = {scope.values[id(init)]};")
+        return accs
+
+    def combine(self, node, scope, accs, current, counters=()):
+        """accs = the reduction's combiner of (accs, current)."""
+        inner = _Scope(scope)     # outer values are loop-invariant: reuse them
+        inner.counters.update(((node.key, d), c) for d, c in enumerate(counters))
+        if current is None:       # a term: the bodies at the counters
+            current = [self.value(body, inner) for body in node.bodies]
+        inner.vars.update((v.name, a) for v, a in zip(node.accs, accs))
+        inner.vars.update((v.name, c) for v, c in zip(node.curs, current))
+        # All new values first: a combiner may read an accumulator another one updates.
+        combined = [self.value(c, inner) for c in node.combined]
+        for acc, value in zip(accs, combined):
+            self.emit(f"{acc} = {value};")
+
+    def block_reduce(self, node, scope):
+        """The block's threads split the terms, then combine in shared memory."""
+        accs = self.accumulators(node, scope)
+        counters = [self.fresh("r") for _ in node.extents]
+        term = self.fresh("t")
+
+        def strided():
+            stride = 1
+            for d in reversed(range(len(counters))):
+                split = f"{term} / {stride}LL" if stride > 1 else term
+                if d:
+                    split = f"{split} % {node.extents[d]}LL"
+                self.emit(f"const s64 {counters[d]} = {split};")
+                stride *= node.extents[d]
+            self.combine(node, scope, accs, None, counters)
+        self.block(f"for (s64 {term} = threadIdx.x; {term} < {math.prod(node.extents)}LL; "
+                   f"{term} += blockDim.x)", strided)
+        shared = [self.fresh("shared") for _ in accs]
+        for var, acc, sh in zip(node.accs, accs, shared):
+            self.emit(f"__shared__ {ctype(var.dtype)} {sh}[{THREADS}];")
+            self.emit(f"{sh}[threadIdx.x] = {acc};")
+        self.emit("__syncthreads();")
+        half = self.fresh("half")
+
+        def merge():
+            others = [self.local(v.dtype, f"{sh}[threadIdx.x + {half}]")
+                      for v, sh in zip(node.accs, shared)]
+            self.combine(node, scope, accs, others)
+            for acc, sh in zip(accs, shared):
+                self.emit(f"{sh}[threadIdx.x] = {acc};")
+
+        def halve():
+            self.block(f"if (threadIdx.x < {half})", merge)
+            self.emit("__syncthreads();")
+        self.block(f"for (unsigned {half} = blockDim.x / 2; {half} > 0; {half} >>= 1)", halve)
+        results = [self.local(v.dtype, f"{sh}[0]", "reduced") for v, sh in zip(node.accs, shared)]
+        self.emit("__syncthreads();")    # before the next element writes the shared arrays
+        return results
+
+    def reduce(self, node, scope):
+        accs = self.accumulators(node, scope)
         counters = [self.fresh("r") for _ in node.extents]
 
         def step():
-            inner = _Scope(scope)     # outer values are loop-invariant: reuse them
-            inner.counters.update(((node.key, d), c) for d, c in enumerate(counters))
-            current = [self.value(body, inner) for body in node.bodies]
-            inner.vars.update((v.name, a) for v, a in zip(node.accs, accs))
-            inner.vars.update((v.name, c) for v, c in zip(node.curs, current))
-            # All new values first: a combiner may read an accumulator another one updates.
-            combined = [self.value(c, inner) for c in node.combined]
-            for acc, value in zip(accs, combined):
-                self.emit(f"{acc} = {value};")
+            self.combine(node, scope, accs, None, counters)
 
         def nest(d):
             if d == len(counters):

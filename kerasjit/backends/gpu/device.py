@@ -12,8 +12,8 @@ import os
 import numpy as np
 
 from ...kernels.ir import GemmCall
+from .cuda_render import THREADS     # per block; the kernels' grid-stride loops take any grid
 
-THREADS = 256                   # per block; the kernels' grid-stride loops take any grid
 NVRTC_OPTIONS = ("--std=c++17",)
 BLOCKS_PER_SM = 32              # enough resident blocks to hide memory latency
 
@@ -77,8 +77,8 @@ class CupyDevice:
         module = self.xp.RawModule(code=source, options=NVRTC_OPTIONS)
         return {n: module.get_function(n) for n in names}
 
-    def launch(self, kernel, elements, table, chunk):
-        blocks = max(1, min(-(-elements // THREADS), self.max_blocks))
+    def launch(self, kernel, threads, table, chunk):
+        blocks = max(1, min(-(-threads // THREADS), self.max_blocks))
         kernel((blocks,), (THREADS,), (table, np.int64(chunk)))
 
     def gemm(self, call: GemmCall, out, lhs, rhs, chunk):

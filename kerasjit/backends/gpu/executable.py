@@ -13,10 +13,9 @@ there); outputs are copied out to new device arrays, except donated ones.
 `device` supplies the memory, the kernels and cuBLAS (device.py); tests run
 the same executable on a host emulation of it.
 """
-import math
-
 from ...hlo.shape import DTYPES
 from ...kernels.ir import ChunkLoop, GemmCall
+from .cuda_render import launch_threads
 
 
 class GpuExecutable:
@@ -54,8 +53,8 @@ class GpuExecutable:
             a.nbytes for b, a in zip(self.program.buffers, self._arrays) if b.role == "constant")
 
     def _schedule(self, steps, functions, chunk=0):
-        """The call's launches in order: ("kernel", function, elements, chunk) and
-        ("gemm", GemmCall, chunk), ChunkLoops unrolled."""
+        """The call's launches in order: ("kernel", function, threads wanted, chunk)
+        and ("gemm", GemmCall, chunk), ChunkLoops unrolled."""
         launches = []
         for step in steps:
             if isinstance(step, ChunkLoop):
@@ -64,7 +63,7 @@ class GpuExecutable:
             elif isinstance(step, GemmCall):
                 launches.append(("gemm", step, chunk))
             else:
-                launches.append(("kernel", functions[id(step)], math.prod(step.dims), chunk))
+                launches.append(("kernel", functions[id(step)], launch_threads(step), chunk))
         return launches
 
     def _launch_all(self):
@@ -74,8 +73,8 @@ class GpuExecutable:
                 _, call, chunk = launch
                 device.gemm(call, flat[call.out], flat[call.lhs], flat[call.rhs], chunk)
             else:
-                _, function, elements, chunk = launch
-                device.launch(function, elements, self._table, chunk)
+                _, function, threads, chunk = launch
+                device.launch(function, threads, self._table, chunk)
 
     def _run(self):
         # The first call loads the kernels and sets up cuBLAS; the second is captured.
