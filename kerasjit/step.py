@@ -8,13 +8,14 @@ lookups done once). Variables are read before and written after every call,
 so whoever looks at them between calls sees the compiled state.
 """
 import time
+import warnings
 
 import numpy as np
 import tensorflow as tf
 
 from .backends import get_backend
-from .frontend.functional import functionalize
-from .frontend.plan import build_program
+from .frontend.functional import UnsupportedGraph, functionalize
+from .frontend.plan import build_program, whole_step_in_tensorflow
 from .runtime.state import VariableState
 
 
@@ -100,7 +101,13 @@ class CompiledStep:
             return tf.nest.flatten(out)
         specs = [tf.TensorSpec(a.shape, a.dtype) for a in tensors]
         concrete = tf.function(pure, autograph=False).get_concrete_function(*specs)
-        fg = functionalize(concrete)
+        try:
+            fg = functionalize(concrete)
+        except UnsupportedGraph as e:     # the whole step runs as TensorFlow traced it
+            warnings.warn(f"kerasjit: {self.name} runs in TensorFlow: {e}", RuntimeWarning,
+                          stacklevel=5)
+            return _Run(whole_step_in_tensorflow(concrete, str(e), self.store),
+                        VariableState([], {}, self.store), out_structure[0])
         program = build_program(fg, self.backend, self.max_shapes, self.events, self.race)
         return _Run(program, VariableState(fg.variables, fg.state_outputs, self.store),
                     out_structure[0])

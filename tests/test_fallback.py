@@ -101,3 +101,48 @@ def test_a_cluster_the_cpu_compiler_cannot_build_runs_in_tensorflow_with_a_warni
     np.testing.assert_allclose(result, f(tf.constant(x)).numpy())
     clusters = kerasjit.explain(jitted, x).clusters
     assert any(c.kind == "tensorflow" and "set-dimension-size" in c.reason for c in clusters)
+
+
+class CountsSteps(keras.Model):
+    """A train step that updates a variable by a scatter, which kerasjit cannot
+    turn into dataflow: the whole step must run in TensorFlow."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(2)
+        self.steps_seen = tf.Variable([0.0, 0.0], trainable=False)
+
+    def call(self, x):
+        return self.dense(x)
+
+    def train_step(self, data):
+        self.steps_seen.scatter_nd_add([[1]], [1.0])
+        return super().train_step(data)
+
+
+def test_a_step_that_cannot_be_made_dataflow_runs_whole_in_tensorflow_with_a_warning():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(40, 3)).astype(np.float32), rng.normal(size=(40, 2)).astype(np.float32)
+
+    def fit(wrapped):
+        keras.utils.set_random_seed(0)
+        model = CountsSteps()
+        model.compile(optimizer="sgd", loss="mse")
+        if wrapped:
+            model = kerasjit.wrap(model, race=False)
+        history = model.fit(x, y, batch_size=8, epochs=2, validation_data=(x[:16], y[:16]),
+                            shuffle=False, verbose=0).history
+        return model, history
+    plain, plain_history = fit(False)
+    with pytest.warns(RuntimeWarning, match="train_step runs in TensorFlow: op ResourceScatterNdAdd"):
+        wrapped, history = fit(True)
+    assert history["loss"] == plain_history["loss"]
+    # Validation, a compiled test step, saw each epoch's weights (up to rounding).
+    np.testing.assert_allclose(history["val_loss"], plain_history["val_loss"], rtol=1e-6)
+    for a, b in zip(wrapped.get_weights(), plain.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    assert wrapped.steps_seen.numpy().tolist() == [0.0, 10.0]
+    np.testing.assert_array_equal(wrapped.predict(x, verbose=0), plain.predict(x, verbose=0))
+    step = wrapped._kerasjit.train
+    [cluster] = next(iter(step.programs.values())).program.clusters
+    assert cluster.kind == "tensorflow" and "ResourceScatterNdAdd" in cluster.reason

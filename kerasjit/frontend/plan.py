@@ -168,3 +168,21 @@ def build_program(fg, backend, cap=8, events=None, race=True):
             constants[t] = tf.make_ndarray(node.attr["value"].tensor)
     return Program(clusters, fg.inputs, fg.state_inputs, fg.outputs, fg.state_outputs,
                    constants)
+
+
+def whole_step_in_tensorflow(concrete, reason, store=None):
+    """A Program of one TensorFlow cluster: the traced step as it is, variables
+    and all, for a step that cannot be made pure dataflow (functional.py). It
+    reads and writes the Keras variables itself, so `store` (the values other
+    compiled steps keep) is written back before each call, and forgotten."""
+    def run(*args):
+        if store is not None:
+            store.flush()
+        return concrete(*args)
+    nodes = concrete.graph.as_graph_def().node
+    captured = {t.name for _, t in concrete.graph.captures}
+    inputs = [t.name for t in concrete.inputs if t.name not in captured]
+    outputs = [t.name for t in concrete.outputs]
+    cluster = ClusterRun("tensorflow", [(n.name, n.op) for n in nodes], inputs, outputs,
+                         reason, run)
+    return Program([cluster], inputs, [], outputs, {})
