@@ -146,3 +146,52 @@ def test_a_step_that_cannot_be_made_dataflow_runs_whole_in_tensorflow_with_a_war
     step = wrapped._kerasjit.train
     [cluster] = next(iter(step.programs.values())).program.clusters
     assert cluster.kind == "tensorflow" and "ResourceScatterNdAdd" in cluster.reason
+
+
+def test_a_recurrent_model_trains_whole_in_tensorflow_as_plain_keras_does():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(48, 6, 4)).astype(np.float32)
+    y = keras.utils.to_categorical(rng.integers(0, 3, 48), 3)
+
+    def build():
+        keras.utils.set_random_seed(5)
+        model = keras.Sequential([keras.Input((6, 4)), keras.layers.LSTM(8),
+                                  keras.layers.Dense(3, activation="softmax")])
+        model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"])
+        return model
+    plain = build()
+    plain_history = plain.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history
+    with pytest.warns(RuntimeWarning, match="train_step runs in TensorFlow: .*loops over variables"):
+        wrapped = kerasjit.wrap(build())
+        history = wrapped.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history
+    assert history == plain_history
+    for a, b in zip(wrapped.get_weights(), plain.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(wrapped.predict(x, verbose=0), plain.predict(x, verbose=0))
+
+
+def test_a_loop_over_tensors_runs_in_tensorflow_and_the_rest_compiles():
+    def f(x):
+        def body(i, total, seen):
+            return i + 1, total * 1.5 + tf.reduce_sum(x), seen.write(i, total)
+        _, total, seen = tf.while_loop(lambda i, *_: i < 4, body,
+                                       (0, x * 2.0, tf.TensorArray(tf.float32, size=4)))
+        return tf.nn.relu(total - 1.0), seen.stack() * 3.0    # a TensorList in between
+    x = np.linspace(-1, 1, 6).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")             # nothing goes to TensorFlow unannounced
+        jitted = kerasjit.jit(f, race=False)
+        got = jitted(x)
+    for g, w in zip(got, f(tf.constant(x))):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-6)
+    clusters = kerasjit.explain(jitted, x).clusters
+    assert any(c.kind == "tensorflow" and "while loops" in c.reason for c in clusters)
+    assert any(c.kind == "compiled" and "Relu" in c.ops for c in clusters)
+
+
+def test_an_output_the_passes_fold_to_a_constant_compiles():
+    f = kerasjit.jit(lambda x: (x * 3.0, tf.reduce_max(tf.range(5))), race=False)
+    tripled, four = f(np.array([1.0, 2.0], np.float32))
+    np.testing.assert_array_equal(tripled, [3.0, 6.0])
+    assert four == 4 and four.dtype == np.int32
+    assert all(c.kind == "compiled" for c in kerasjit.explain(f, np.ones(2, np.float32)).clusters)

@@ -29,6 +29,7 @@ PYTHON_OPS = {"EagerPyFunc", "PyFunc", "PyFuncStateless"}
 STATEFUL_RANDOM_OPS = {"RandomUniform", "RandomUniformInt", "RandomStandardNormal",
                        "TruncatedNormal", "RandomShuffle", "Multinomial", "RandomGamma",
                        "RandomPoisson", "RandomPoissonV2"}
+LOOP_OPS = {"While", "StatelessWhile"}
 _REJECTED_NODE = re.compile(r"\{\{node ([^}]+)\}\}|node `([^`]+)`")
 
 
@@ -46,6 +47,8 @@ def static_reason(node):
         return "stateful random op: its stream is TensorFlow's own"
     if node.op in DYNAMIC_SHAPE_OPS:
         return DYNAMIC_SHAPE_OPS[node.op]
+    if node.op in LOOP_OPS:
+        return "while loops (a recurrent layer's time loop) are not compiled yet"
     types = [a.type for a in node.attr.values()] + [t for a in node.attr.values()
                                                    for t in a.list.type]
     if tf.string.as_datatype_enum in types:

@@ -81,7 +81,10 @@ def functionalize(concrete_fn):
     variables = list({id(v): v for v in internal_to_var.values()}.values())
     var_index = {id(v): i for i, v in enumerate(variables)}
     state_inputs = [f"kerasjit_state_{i}" for i in range(len(variables))]
-    current = {}                      # resource node name -> tensor holding its value
+    # A handle is known by its captured placeholder (the root); Identity copies
+    # of it are aliases, so an update through one is seen through the others.
+    aliases = {internal: internal for internal in internal_to_var}   # node -> root
+    current = {}                      # root -> tensor holding its value
     for internal, var in internal_to_var.items():
         current[internal] = tensor_name(state_inputs[var_index[id(var)]])
     renamed = {}                      # removed tensor -> replacement tensor
@@ -95,6 +98,10 @@ def functionalize(concrete_fn):
             return None if name[1:] in removed else name
         return renamed.get(tensor_name(name), name)
 
+    def root(name):
+        """The variable handle an input names, or None for a value."""
+        return None if name.startswith("^") else aliases.get(node_name(name))
+
     for node in graph_def.node:
         if node.name in constants:
             nodes.append(_const(node.name, constants[node.name]))
@@ -102,13 +109,13 @@ def functionalize(concrete_fn):
         if node.name in internal_to_var:
             removed.add(node.name)
             continue
-        resource_inputs = [i for i in node.input if node_name(i) in current]
-        if node.op == "Identity" and resource_inputs:
-            current[node.name] = current[node_name(resource_inputs[0])]
+        handles = [h for h in map(root, node.input) if h]
+        if node.op == "Identity" and handles:
+            aliases[node.name] = handles[0]
             removed.add(node.name)
             continue
-        if resource_inputs:
-            handle = node_name(resource_inputs[0])
+        if handles:
+            handle = handles[0]
             if node.op == "ReadVariableOp":
                 renamed[tensor_name(node.name)] = current[handle]
             elif node.op == "AssignVariableOp":
@@ -120,6 +127,10 @@ def functionalize(concrete_fn):
                 nodes.append(update)
                 current[handle] = tensor_name(update.name)
                 specs[current[handle]] = specs[tensor_name(node.input[1])]
+            elif node.op in ("While", "StatelessWhile"):
+                raise UnsupportedGraph(f"op {node.op} ('{node.name}') loops over variables "
+                                       "(a recurrent layer's time loop): kerasjit does not "
+                                       "compile loops yet")
             elif node.op not in _INERT_RESOURCE_OPS:
                 raise UnsupportedGraph(f"op {node.op} ('{node.name}') uses a variable in a "
                                        "way kerasjit cannot turn into dataflow")

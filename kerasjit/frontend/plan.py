@@ -33,6 +33,9 @@ class Planner:
                 if not t.startswith("^"):
                     self.readers.setdefault(tensor_name(t), set()).add(n.name)
         self.modules = {}             # cluster id -> first compiled Module
+        self.made_by = {}             # node name -> its output tensors (as traced)
+        for t in fg.specs:
+            self.made_by.setdefault(node_name(t), []).append(t)
 
     def _partition(self):
         nodes = []
@@ -40,7 +43,7 @@ class Planner:
             if n.name in self.sources:
                 continue
             deps = [node_name(i) for i in n.input]
-            reason = self.rejected.get(n.name) or bridge.static_reason(n)
+            reason = self.rejected.get(n.name) or bridge.static_reason(n) or self._opaque(n)
             nodes.append(Node(n.name,
                               tuple(d for d, i in zip(deps, n.input)
                                     if d not in self.sources and not i.startswith("^")),
@@ -48,6 +51,17 @@ class Planner:
                                     if d not in self.sources and i.startswith("^")),
                               compilable=not reason, reason=reason))
         return partition(nodes)
+
+    def _opaque(self, node):
+        """Why `node` stays in TensorFlow for the values it takes or makes: a
+        variant (a loop's TensorList) or a resource is no array to pass between
+        clusters. '' if neither."""
+        tensors = [tensor_name(i) for i in node.input if not i.startswith("^")]
+        tensors += self.made_by.get(node.name, [])
+        if any(self.fg.specs[t].dtype in (tf.variant, tf.resource)
+               for t in tensors if t in self.fg.specs):
+            return "variant values (a loop's TensorLists) stay in TensorFlow"
+        return ""
 
     def _boundary(self, members):
         """Input and output tensors of a cluster's nodes (constants are copied in)."""

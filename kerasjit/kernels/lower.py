@@ -96,8 +96,8 @@ class _Lowering:
                 if op.opcode not in ("parameter", "constant", "tuple"):
                     self.decisions.append((op.name, inst.name, materialized[op] or "fused"))
         params = [self.buffer_for(p, "param") for p in self.comp.parameters]
-        for inst in self.order:
-            if inst.opcode == "constant" and materialized[inst]:
+        for inst in self.order:     # (an output that is a constant is copied from one)
+            if inst.opcode == "constant" and (materialized[inst] or inst in outputs):
                 self.buffer_for(inst, "constant", inst.literal)
         for inst in outputs:
             materialized[inst] = materialized[inst] or "output"

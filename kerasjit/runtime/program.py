@@ -35,7 +35,10 @@ class ClusterRun:
         return self._in_tensorflow(args)
 
     def _in_tensorflow(self, args):
-        return [np.asarray(o) for o in self.tf_function(*map(host, args))]
+        # A variant (a loop's TensorList) has no array form: it goes on as a tensor,
+        # to another TensorFlow cluster (plan.py keeps its readers there).
+        return [o if o.dtype == tf.variant else np.asarray(o)
+                for o in self.tf_function(*map(host, args))]
 
     @property
     def settled(self):
