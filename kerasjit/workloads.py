@@ -66,6 +66,28 @@ def elephant_cnn(image_size=150, jit_compile=False):
     return model
 
 
+def text_cnn(vocab=1000, length=40, dropout=0.3, jit_compile=False):
+    """A small text classifier: Embedding (a gather; its gradient a scatter-add),
+    Conv1D, global max pooling, Dropout, sigmoid; Adam."""
+    layers = [keras.Input((length,), dtype="int32"), keras.layers.Embedding(vocab, 32),
+              keras.layers.Conv1D(32, 5, activation="relu"), keras.layers.GlobalMaxPooling1D()]
+    if dropout:
+        layers.append(keras.layers.Dropout(dropout))
+    layers.append(keras.layers.Dense(1, activation="sigmoid"))
+    model = keras.Sequential(layers, name="text_cnn")
+    model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"],
+                  jit_compile=jit_compile)
+    return model
+
+
+def token_data(n, length, vocab, seed=0):
+    """Token ids in [0, vocab) and a label that depends on which tokens occur."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, vocab, (n, length)).astype(np.int32)
+    score = rng.standard_normal(vocab)[x].sum(axis=1)
+    return x, (score > np.median(score)).astype(np.float32).reshape(n, 1)
+
+
 def classification_data(n, input_shape, classes, seed=0):
     """Inputs in [0, 1) and labels that depend on them (so models can learn)."""
     rng = np.random.default_rng(seed)

@@ -32,6 +32,19 @@ LOOP_ONLY = {
         tf.reduce_sum(x), tf.reduce_sum(x, 0), tf.reduce_max(x, [0, 2]), tf.argmin(x, 0),
         tf.reduce_sum(x * x, [0, 1]), tf.reduce_any(x > 1.9), tf.reduce_sum(n)),
         (eighths(1100, 2, 3), np.arange(-1000, 1048, dtype=np.int32))),
+    # XLA clamps a start that would put the slice outside (here -3 and 12).
+    "gather": (lambda p, i, q, j: (
+        tf.gather(p, i), tf.gather(p, i[0], axis=1), tf.gather_nd(p, j),
+        tf.gather(q, i[:, :2] % 3, axis=1, batch_dims=1)),
+        (rand(10, 5), np.array([[0, 9, 3, -3], [4, 12, 1, 1], [2, 2, 8, 0]], np.int32),
+         rand(3, 6, 2, seed=1), np.array([[1, 2], [9, 4], [0, 0]], np.int64))),
+    # Repeated and out-of-range (skipped) indices; an embedding's gradient.
+    "scatter": (lambda t, i, u, p, g: (
+        tf.tensor_scatter_nd_add(t, i, u), tf.tensor_scatter_nd_max(t, i, u),
+        tf.math.unsorted_segment_sum(u, i[:, 0], 6),
+        tf.gradients(tf.reduce_sum(tf.gather(p, g) ** 2), p)[0]),
+        (rand(6, 3), np.array([[1], [4], [1], [7], [0]], np.int32), rand(5, 3, seed=1),
+         rand(8, 4, seed=2), np.array([[0, 3], [3, 3], [7, 1]], np.int32))),
     "philox_u32": (lambda k, c: tf.raw_ops.StatelessRandomUniformFullIntV2(
         shape=[5, 7], key=k, counter=c, alg=1, dtype=tf.uint32),
         (np.array([12345], np.uint64), np.array([2**64 - 3, 5], np.uint64))),

@@ -25,8 +25,8 @@ from kerasjit.frontend.bridge import hlo_module, literals_from_proto
 from kerasjit.hlo import parse_module
 from kerasjit.hlo.evaluator import evaluate
 from kerasjit.hlo.shape import DTYPES
-from kerasjit.kernels.ir import (ChunkIndex, ChunkLoop, GemmCall, LoopKernel, Reduce, leaf_steps,
-                                 walk)
+from kerasjit.kernels.ir import (ChunkIndex, ChunkLoop, GemmCall, LoopKernel, Reduce,
+                                 ScatterKernel, leaf_steps, walk)
 from kerasjit.kernels.lower import lower
 from kerasjit.passes import optimize
 
@@ -45,20 +45,26 @@ def program_of(module):
 
 
 # ------------------------------------------------------------------ compile
+def images(shape, classes):
+    return lambda: workloads.classification_data(8, shape, classes)
+
+
 MODELS = {
-    "softmax_regression": (workloads.softmax_regression, (784,), 10),
-    "mlp_dropout": (workloads.mlp, (784,), 10),
-    "conv_bn": (workloads.conv_bn, (28, 28, 1), 10),
-    "elephant_cnn": (lambda: workloads.elephant_cnn(image_size=40), (40, 40, 3), 1),
+    "softmax_regression": (workloads.softmax_regression, images((784,), 10)),
+    "mlp_dropout": (workloads.mlp, images((784,), 10)),
+    "conv_bn": (workloads.conv_bn, images((28, 28, 1), 10)),
+    "elephant_cnn": (lambda: workloads.elephant_cnn(image_size=40), images((40, 40, 3), 1)),
+    "text_cnn": (lambda: workloads.text_cnn(vocab=50, length=12),
+                 lambda: workloads.token_data(8, 12, 50)),
 }
 
 
 @functools.lru_cache(maxsize=None)     # traced once, shared by the tests below
 def train_step_program(name):
-    build, shape, classes = MODELS[name]
+    build, data = MODELS[name]
     keras.utils.set_random_seed(0)
     model = build()
-    x, y = (tf.constant(a) for a in workloads.classification_data(8, shape, classes))
+    x, y = (tf.constant(a) for a in data())
     step = tf.function(lambda x, y: model.train_step((x, y)), jit_compile=True)
     ir = step.experimental_get_compiler_ir(x, y)
     constants = literals_from_proto(ir(stage="hlo_serialized"))
@@ -98,6 +104,8 @@ def test_train_steps_cover_every_kernel_kind():
     assert any(len(k.stores) > 1 for k in kernels)                          # multi-output
     assert any(getattr(n, "opcode", None) == "shift-right-logical" and n.dtype == "u64"
                for n in nodes)                                              # Philox
+    assert any(isinstance(s, ScatterKernel)                                 # embedding gradient
+               for s in leaf_steps(train_step_program("text_cnn").steps))
 
 
 def block_per_element(kernel):

@@ -37,18 +37,26 @@ def max_weight_diff(a, b):
     return max(float(np.max(np.abs(p - q))) for p, q in zip(a, b))
 
 
+def images(shape, classes):
+    return lambda n: workloads.classification_data(n, shape, classes)
+
+
 CASES = {
-    "softmax_regression": (workloads.softmax_regression, (784,), 10, 100),
-    "mlp_no_dropout": (lambda **k: workloads.mlp(dropout=0, **k), (784,), 10, 64),
-    "conv_bn": (workloads.conv_bn, (28, 28, 1), 10, 32),
-    "elephant_cnn": (lambda **k: workloads.elephant_cnn(image_size=40, **k), (40, 40, 3), 1, 16),
+    "softmax_regression": (workloads.softmax_regression, images((784,), 10), 100),
+    "mlp_no_dropout": (lambda **k: workloads.mlp(dropout=0, **k), images((784,), 10), 64),
+    "conv_bn": (workloads.conv_bn, images((28, 28, 1), 10), 32),
+    "elephant_cnn": (lambda **k: workloads.elephant_cnn(image_size=40, **k),
+                     images((40, 40, 3), 1), 16),
+    # An embedding: a gather, and a scatter-add in its gradient.
+    "text_cnn": (lambda **k: workloads.text_cnn(vocab=300, length=20, dropout=0, **k),
+                 lambda n: workloads.token_data(n, 20, 300), 16),
 }
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_parity_with_plain_keras_within_xla_distance(name):
-    build, shape, classes, batch = CASES[name]
-    x, y = workloads.classification_data(STEPS * batch, shape, classes)
+    build, data, batch = CASES[name]
+    x, y = data(STEPS * batch)
     plain_w, plain_h = train(build, x, y, batch, "plain")
     xla_w, _ = train(build, x, y, batch, "xla")
     xla_distance = max_weight_diff(plain_w, xla_w)

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import indexing as ix
 from .conv_gemm import parse_dim_labels, window_positions
-from .ir import S64, Const, Op, Reduce, ReduceVar, Var
+from .ir import S64, Const, Load, Op, Reduce, ReduceVar, Var
 
 _PHILOX_M = (0xD2511F53, 0xCD9E8D57)
 _PHILOX_W = (0x9E3779B9, 0xBB67AE85)
@@ -115,6 +115,72 @@ def _dynamic_update_slice(lw, inst, index):
         inner.append(ix.clamp(rel, 0, size - 1))
     return Op(inst.shape.dtype, "select", (inside, lw.operand(inst, 1, inner),
                                            lw.operand(inst, 0, index)))
+
+
+def _gather(lw, inst, index):
+    """XLA's gather: each output element reads the operand at a start read from
+    the indices (clamped so the slice fits, as XLA does) plus its offset."""
+    a = inst.attrs
+    operand_dims = inst.operands[0].shape.dims
+    ivd = a["index_vector_dim"]
+    offset_dims = a["offset_dims"]
+    # The output's other dims walk the indices' dims without the index vector's.
+    batch = [index[d] for d in range(inst.shape.rank) if d not in offset_dims]
+    has_vector = ivd < inst.operands[1].shape.rank
+
+    def component(k):
+        at = batch[:ivd] + [ix.c64(k)] + batch[ivd:] if has_vector else batch
+        return Op(S64, "convert", (lw.operand(inst, 1, at),))
+    starts = [ix.c64(0)] * len(operand_dims)
+    for k, d in enumerate(a["start_index_map"]):
+        starts[d] = component(k)
+    operand_batch = a.get("operand_batching_dims", ())
+    for d, bd in zip(operand_batch, a.get("start_indices_batching_dims", ())):
+        starts[d] = batch[bd - (bd > ivd)]
+    dropped = set(a.get("collapsed_slice_dims", ())) | set(operand_batch)
+    offsets = iter(index[d] for d in offset_dims)
+    inner = []
+    for d, (start, size) in enumerate(zip(starts, a["slice_sizes"])):
+        start = Op(S64, "clamp", (ix.c64(0), start, ix.c64(operand_dims[d] - size)))
+        inner.append(start if d in dropped else ix.add(start, next(offsets)))
+    return lw.operand(inst, 0, inner)
+
+
+def scatter_update(lw, inst, index, out):
+    """(target, value) of update element `index` of scatter `inst` into buffer
+    `out`: where it lands, and what to store there (the combiner of what is
+    there and the update). An update whose window does not fit is skipped, as
+    in XLA: its target is clamped in range and gets back what it holds."""
+    if len(inst.operands) != 3:
+        raise Unsupported("scatter into several arrays at once")
+    a = inst.attrs
+    dims, updates = inst.shape.dims, inst.operands[2].shape.dims
+    ivd, window_dims = a["index_vector_dim"], a["update_window_dims"]
+    position = [index[d] for d in range(len(updates)) if d not in window_dims]
+    has_vector = ivd < inst.operands[1].shape.rank
+
+    def component(k):
+        at = position[:ivd] + [ix.c64(k)] + position[ivd:] if has_vector else position
+        return Op(S64, "convert", (lw.operand(inst, 1, at),))
+    batching = a.get("input_batching_dims", ())
+    inserted = set(a.get("inserted_window_dims", ())) | set(batching)
+    offsets = dict(zip([d for d in range(len(dims)) if d not in inserted],
+                       [(index[u], updates[u]) for u in window_dims]))
+    starts = [ix.c64(0)] * len(dims)
+    for k, d in enumerate(a["scatter_dims_to_operand_dims"]):
+        starts[d] = component(k)
+    for d, bd in zip(batching, a.get("scatter_indices_batching_dims", ())):
+        starts[d] = position[bd - (bd > ivd)]
+    fits, target = None, []
+    for d, (start, n) in enumerate(zip(starts, dims)):
+        offset, size = offsets.get(d, (ix.c64(0), 1))
+        fits = ix.both(fits, Op("pred", "and", (ix.compare(start, ix.c64(0), "GE"),
+                                                ix.compare(start, ix.c64(n - size), "LE"))))
+        target.append(ix.clamp(ix.add(start, offset), 0, n - 1))
+    current = Load(inst.shape.dtype, out, tuple(target))
+    accs, curs, (combined,) = lw.combiner(a["to_apply"], 1)
+    new = _substitute(combined, {accs[0]: current, curs[0]: lw.operand(inst, 2, index)})
+    return tuple(target), Op(inst.shape.dtype, "select", (fits, new, current)) if fits else new
 
 
 def _reduce(lw, inst, index, result=0):
@@ -362,7 +428,7 @@ EXPRESSIONS = {
     "broadcast": _broadcast, "reshape": _reshape, "bitcast": _reshape,
     "transpose": _transpose, "slice": _slice, "reverse": _reverse, "iota": _iota,
     "pad": _pad, "concatenate": _concatenate, "dynamic-slice": _dynamic_slice,
-    "dynamic-update-slice": _dynamic_update_slice, "reduce": _reduce,
+    "dynamic-update-slice": _dynamic_update_slice, "gather": _gather, "reduce": _reduce,
     "reduce-window": _reduce_window, "dot": _dot, "convolution": _convolution,
     "get-tuple-element": _get_tuple_element, "select-and-scatter": _select_and_scatter,
 }

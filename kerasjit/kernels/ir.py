@@ -107,6 +107,15 @@ class LoopKernel:
 
 
 @dataclass
+class ScatterKernel(LoopKernel):
+    """A loop over a scatter's updates, each stored at its own `target` (index
+    Exprs into the one stored buffer, which already holds the operand), in
+    order: later updates of an element combine with earlier ones, so it runs
+    on one thread."""
+    target: tuple = ()
+
+
+@dataclass
 class GemmCall:
     """C[M,N] (+)= op(A) @ op(B), row-major f32, for each batch index."""
     name: str

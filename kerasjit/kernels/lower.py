@@ -12,9 +12,9 @@ updates come between them in post-order).
 from ..hlo.opcodes import BROADCAST, ELEMENTWISE, OPAQUE, REDUCE
 from .aliasing import alias_donated
 from .conv_gemm import conv_as_gemm
-from .expressions import EXPRESSIONS, Unsupported, elementwise, op_of
+from .expressions import EXPRESSIONS, Unsupported, elementwise, op_of, scatter_update
 from .ir import (S64, Buffer, Const, GemmCall, Index, KernelProgram, Load, LoopKernel,
-                 Var, walk)
+                 ScatterKernel, Var, walk)
 from .storage import assign_storage, writes
 
 __all__ = ["lower", "Unsupported"]
@@ -142,6 +142,9 @@ class _Lowering:
     def _emit(self, inst, role):
         if inst.opcode == "convolution" and conv_as_gemm(self, inst, role):
             return
+        if inst.opcode == "scatter":
+            self._scatter(inst, role)
+            return
         gemm = self._gemm(inst)
         if gemm is not None:
             bid = self.buffer_for(inst, role)
@@ -168,6 +171,20 @@ class _Lowering:
                             reduction=self._is_reduction(inst))
         self.kernel_state[id(kernel)] = (index, values)
         self.steps.append(kernel)
+
+    def _scatter(self, inst, role):
+        """The operand copied to the result, then the updates applied in order."""
+        out = self.buffer_for(inst, role)
+        index = self._loop_index(inst.shape.rank)
+        start = self._in_kernel(index, {}, lambda: self.operand(inst, 0, index))
+        self.steps.append(LoopKernel(f"k{len(self.steps)}_scatter_operand", inst.shape.dims,
+                                     [(out, start)], [inst.name]))
+        updates = inst.operands[2].shape.dims
+        index = self._loop_index(len(updates))
+        target, value = self._in_kernel(index, {},
+                                        lambda: scatter_update(self, inst, index, out))
+        self.steps.append(ScatterKernel(f"k{len(self.steps)}_scatter", updates, [(out, value)],
+                                        [inst.name], reduction=True, target=target))
 
     def _join_value(self, inst, pos):
         """`inst` as one more store of LoopKernel steps[pos], or None if not valid there.
@@ -196,13 +213,19 @@ class _Lowering:
         return tuple(Index(S64, d) for d in range(rank))
 
     def _expr_in(self, inst, index, values, unready=None, horizon=None):
-        """`inst`'s Expr at `index` in a kernel holding `values`; restores the previous
-        kernel context afterwards (success or not) so builds do not leak into each other."""
+        """`inst`'s Expr at `index` in a kernel holding `values`."""
+        return self._in_kernel(index, values, lambda: self._compute(inst, index),
+                               unready, horizon)
+
+    def _in_kernel(self, index, values, build, unready=None, horizon=None):
+        """build() in the context of a kernel holding `values` at `index`; restores
+        the previous kernel context afterwards (success or not) so builds do not
+        leak into each other."""
         saved = self.kernel_values, self.loop_index, self.unready, self.horizon
         self.kernel_values, self.loop_index, self.unready, self.horizon = \
             values, index, unready, horizon
         try:
-            return self._compute(inst, index)
+            return build()
         finally:
             self.kernel_values, self.loop_index, self.unready, self.horizon = saved
 

@@ -83,12 +83,15 @@ class _KernelBuilder:
             self.b.ret_void()
             return
 
+        target = getattr(self.kernel, "target", None)     # a ScatterKernel's
+
         def element(index):
             values = {}
             env = {"index": index, "reduce": {}}
             for bid, expr in self.kernel.stores:
                 value = self.render(expr, values, env)
-                self.store(bid, expr.dtype, index, value)
+                at = [self.render(t, values, env) for t in target] if target else index
+                self.store(bid, expr.dtype, at, value)
         self.nest(list(dims), element, outermost=True)
         self.b.ret_void()
 

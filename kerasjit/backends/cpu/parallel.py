@@ -27,7 +27,8 @@ import os
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ...kernels.ir import ChunkLoop, GemmCall, Index, Op, Reduce, ReduceVar, children, walk
+from ...kernels.ir import (ChunkLoop, GemmCall, Index, Op, Reduce, ReduceVar, ScatterKernel,
+                           children, walk)
 from . import narrow_gemm
 from .blas import SINGLE_THREAD_MNK
 from .llvm_types import I1, I32, I64, PTR
@@ -98,8 +99,8 @@ def cores_free(steps, small_gemms_alone=False):
 def worth_splitting(kernel, outer_dims):
     """Whether to split `kernel` over the first of `outer_dims` (its loops
     outside any reduction): one with work enough to pay for the threads."""
-    if not outer_dims or outer_dims[0] < 2:
-        return False
+    if not outer_dims or outer_dims[0] < 2 or isinstance(kernel, ScatterKernel):
+        return False         # (a scatter's updates of one element must apply in order)
     varies, ops, terms = {}, 0, {}
     for node in (n for _, expr in kernel.stores for n in walk(expr)):
         varies[id(node)] = isinstance(node, (Index, ReduceVar)) or any(

@@ -21,7 +21,7 @@ import math
 import re
 
 from ...kernels.ir import (ChunkIndex, Const, Index, Load, LoopKernel, Op, Reduce, ReduceVar,
-                           Var, leaf_steps, walk)
+                           ScatterKernel, Var, leaf_steps, walk)
 from .cuda_ops import PRELUDE, ctype, expression, literal, memory_ctype
 
 SIGNATURE = 'extern "C" __global__ void {name}(void** buffers, long long chunk)'
@@ -36,8 +36,11 @@ def _long_reductions(kernel):
 
 
 def launch_threads(kernel):
-    """Threads a launch of `kernel` wants: one per element, or for a
-    cooperative kernel a block per element."""
+    """Threads a launch of `kernel` wants: one per element, for a cooperative
+    kernel a block per element, for a scatter one thread (its updates apply in
+    order, several to one element; atomics would serve an add)."""
+    if isinstance(kernel, ScatterKernel):
+        return 1
     return math.prod(kernel.dims) * (THREADS if _long_reductions(kernel) else 1)
 
 
@@ -87,7 +90,10 @@ class _KernelWriter:
             self.emit(f"{t}* const b{bid} = ({t}*)buffers[{bid}];")
         dims = self.kernel.dims
         total = math.prod(dims)
-        if self.cooperative:       # (uniform over the block: every thread meets each barrier)
+        if isinstance(self.kernel, ScatterKernel):
+            loop = (f"if (blockIdx.x == 0 && threadIdx.x == 0) "
+                    f"for (s64 flat = 0; flat < {total}LL; ++flat)")
+        elif self.cooperative:     # (uniform over the block: every thread meets each barrier)
             loop = f"for (s64 flat = blockIdx.x; flat < {total}LL; flat += gridDim.x)"
         else:
             loop = (f"for (s64 flat = (s64)blockIdx.x * blockDim.x + threadIdx.x; "
@@ -111,7 +117,9 @@ class _KernelWriter:
             value = self.value(expr, scope)
             if expr.dtype == "pred":
                 value = f"(u8){value}"
-            at = self.address(bid, [f"i{d}" for d in range(len(dims))])
+            target = getattr(self.kernel, "target", None)     # a ScatterKernel's
+            at = self.address(bid, [self.value(t, scope) for t in target] if target
+                              else [f"i{d}" for d in range(len(dims))])
             store = f"b{bid}[{at}] = {value};"
             self.emit(f"if (threadIdx.x == 0) {store}" if self.cooperative else store)
 
