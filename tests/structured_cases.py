@@ -54,6 +54,16 @@ LOOP_ONLY = {
 }
 
 
+def depthwise_and_grads(stride):
+    def fn(x, w):
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch([x, w])
+            y = tf.nn.depthwise_conv2d(x, w, [1, stride, stride, 1], "SAME")
+            loss = tf.reduce_sum(y * y)
+        return y, tape.gradient(loss, x), tape.gradient(loss, w)
+    return fn
+
+
 def conv_and_grads(strides, padding, dilations=1):
     def fn(x, w):
         with tf.GradientTape(persistent=True) as tape:
@@ -76,6 +86,8 @@ DOT_CONV_POOL = {
     "conv_dilated": (conv_and_grads(1, "SAME", 2), (rand(1, 9, 9, 2), rand(3, 3, 2, 3))),
     "depthwise": (lambda x, w: tf.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "SAME"),
                   (rand(2, 6, 6, 3), rand(3, 3, 3, 2))),
+    # Its filter gradient is a convolution with batch groups.
+    "depthwise_and_grads": (depthwise_and_grads(2), (rand(2, 7, 6, 3), rand(3, 3, 3, 2))),
     "maxpool_and_grad": (lambda x: tf.gradients(tf.reduce_sum(
         tf.nn.max_pool2d(x, 2, 2, "VALID") ** 2), x)[0], (rand(2, 8, 9, 3),)),
     "maxpool_same_grad": (lambda x: tf.gradients(tf.reduce_sum(

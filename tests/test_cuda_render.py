@@ -32,7 +32,7 @@ from kerasjit.passes import optimize
 
 from cuda_host import HostDevice, Library, tool
 from nvrtc import compile_cuda
-from structured_cases import LOOP_ONLY, rand
+from structured_cases import LOOP_ONLY, depthwise_and_grads, rand
 from elementwise_cases import (FLOAT_BINARY, FLOAT_UNARY, INT_BINARY, INT_UNARY,
                                elementwise_module)
 
@@ -235,6 +235,7 @@ STRUCTURED = {
                    (np.arange(12, dtype=np.int32).reshape(3, 4) - 5,
                     np.arange(8, dtype=np.int32).reshape(4, 2))),
     "batch_matmul": (lambda a, b: tf.matmul(a, b), (rand(2, 5, 7), rand(2, 7, 3, seed=1))),
+    "depthwise_and_grads": (depthwise_and_grads(1), (rand(2, 5, 6, 3), rand(3, 3, 3, 2, seed=1))),
     "depthwise": (lambda x, w: tf.nn.depthwise_conv2d(x, w, [1, 2, 2, 1], "SAME"),
                   (rand(2, 7, 6, 3), rand(3, 3, 3, 2, seed=1))),
     "maxpool_grad": (lambda x: tf.gradients(tf.reduce_sum(

@@ -260,8 +260,7 @@ def _dot(lw, inst, index):
 
 def _convolution(lw, inst, index):
     a = inst.attrs
-    if a.get("batch_group_count", 1) != 1:
-        raise Unsupported("convolution with batch_group_count > 1")
+    batch_groups = a.get("batch_group_count", 1)
     lhs_l, rhs_l, out_l = parse_dim_labels(a["dim_labels"])
     lhs, rhs = (op.shape for op in inst.operands)
     window = a["window"]
@@ -273,7 +272,12 @@ def _convolution(lw, inst, index):
     o = index[out_l["f"]]
     in_feature = ReduceVar(S64, key, spatial)
     lhs_index = [None] * lhs.rank
-    lhs_index[lhs_l["b"]] = index[out_l["b"]]
+    # With batch groups (a depthwise filter's gradient), output feature block g
+    # reads the lhs batch block g.
+    batch = index[out_l["b"]] if batch_groups == 1 else ix.add(ix.mul(
+        ix.div(o, rhs.dims[rhs_l["o"]] // batch_groups), ix.c64(inst.shape.dims[out_l["b"]])),
+        index[out_l["b"]])
+    lhs_index[lhs_l["b"]] = batch
     lhs_index[lhs_l["f"]] = in_feature if groups == 1 else ix.add(
         ix.mul(ix.div(o, out_per_group), ix.c64(in_per_group)), in_feature)
     out_spatial = [index[out_l[d]] for d in range(spatial)]
