@@ -213,12 +213,13 @@ def test_segment_sum_and_unsorted():
 # -------------------------------------------------------------------- sort
 
 def test_sort():
-    # tf.sort / top_k lower to set-dimension-size, outside the opcode table.
     x = np.round(randn(4, 6) * 2).astype(np.float32)      # ties, and -0.0 vs 0.0
     x[0, :2] = [-0.0, 0.0]
     check(lambda x: (xla.sort(x), xla.sort(-x)), x, reference="jit")
     keys = RNG.permutation(24).reshape(4, 6).astype(np.float32)    # XLA's sort is unstable
     check(lambda k, v: xla.key_value_sort(k, v), keys, randint(0, 9, 4, 6), reference="jit")
+    # tf.sort and top_k: a sort, then set-dimension-size to the static size.
+    check(lambda k: (*tf.math.top_k(k, 3), tf.sort(k)), keys, reference="jit")
 
 
 # ------------------------------------------------------------- elementwise

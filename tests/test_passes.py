@@ -214,6 +214,13 @@ SIMPLIFY_CASES = {
         [r"f32\[\] multiply\(f32\[\] %s, f32\[\] %c\)", r"pred\[\] compare",
          r"pred\[4,5\]\{1,0\} broadcast\(pred\[\] %\S+\), dimensions=\{\}"],
         [r"f32\[4,5\]"]),
+    # The static size (EnsureShape, top_k) changes nothing.
+    "set_dimension_size_to_its_size": (r"""
+  %x = f32[4,16] parameter(0)
+  %sixteen = s32[] constant(16)
+  %same = f32[4,16] set-dimension-size(%x, %sixteen), dimensions={1}
+  ROOT %n = f32[4,16] negate(%same)""", [r"negate\(f32\[4,16\]\{1,0\} %x\)"],
+        ["set-dimension-size"]),
     # The root is replaced by the parameter: same shape, same parameter list.
     "root_copy_of_parameter": (r"""
   %p = f32[4] parameter(0)

@@ -641,6 +641,15 @@ def _scatter(inst, *operands):
 _PAIRWISE_SORT_LIMIT = 2048     # rows up to this long precompute comparator tables
 
 
+def _set_dimension_size(inst, x, size):
+    """Only the static size itself: kerasjit has no dynamic shapes."""
+    (d,) = inst.attrs["dimensions"]
+    if int(size) != x.shape[d]:
+        raise NotImplementedError(f"evaluator: set-dimension-size to {int(size)} of a "
+                                  f"dimension of {x.shape[d]} (a dynamic shape)")
+    return x
+
+
 def _sort(inst, *xs):
     dim = inst.attrs["dimensions"][0]
     comp = inst.attrs["to_apply"]
@@ -795,6 +804,7 @@ _OPS = {
     "reduce": _reduce, "reduce-window": _reduce_window,
     "dot": _dot, "convolution": _convolution, "select-and-scatter": _select_and_scatter,
     "gather": _gather, "scatter": _scatter, "sort": _sort,
+    "set-dimension-size": _set_dimension_size,
     "rng-bit-generator": _rng_bit_generator,
     "constant": lambda inst: inst.literal,
     "tuple": lambda inst, *xs: tuple(xs),

@@ -38,7 +38,7 @@ OPCODES = {
     **_table(BROADCAST, 1, "broadcast"),
     **_table(BROADCAST, 0, "iota"),
     **_table(INJECTIVE, 1, "reshape transpose slice reverse bitcast"),
-    **_table(INJECTIVE, 2, "pad"),
+    **_table(INJECTIVE, 2, "pad set-dimension-size"),
     **_table(INJECTIVE, -1, "concatenate dynamic-slice dynamic-update-slice"),
     **_table(REDUCE, -1, "reduce reduce-window"),
     **_table(OPAQUE, 2, "dot"),

@@ -15,6 +15,7 @@ tuple layout never change:
   x + (-0.0) -> x, x - (+0.0) -> x (floats: the only exact zeros;
                                     x + 0.0 turns -0.0 into +0.0)
   select(constant p, a, b) -> a or b
+  set-dimension-size(x, its static size) -> x (EnsureShape, top_k: no dynamic size)
   reshape/transpose/slice/reverse of a scalar broadcast -> a scalar broadcast
   elementwise op of scalar broadcasts -> broadcast of the scalar op
       (computes the op once; lets constant folding see scalar constants)
@@ -141,10 +142,16 @@ def _select(inst, p, a, b):
     return a if taken else b
 
 
+def _set_dimension_size(inst, x, size):
+    (d,) = inst.attrs["dimensions"]
+    return x if _value(size) == x.shape.dims[d] and inst.shape == x.shape else None
+
+
 _RULES = {"reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast,
           "convert": _convert, "copy": lambda inst, x: x, "slice": _same_shape,
           "concatenate": _concatenate, "get-tuple-element": _get_tuple_element,
-          "multiply": _multiply, "add": _add, "subtract": _subtract, "select": _select}
+          "multiply": _multiply, "add": _add, "subtract": _subtract, "select": _select,
+          "set-dimension-size": _set_dimension_size}
 
 
 def _scalar_broadcast(inst):
