@@ -44,23 +44,29 @@ PAUSE_S = 0.5
 @dataclass
 class Workload:
     build: object           # build(jit_compile) -> compiled Keras model
-    input_shape: tuple
-    classes: int
+    data: object            # data(n) -> (x, y) of n samples
     batch: int
     steps: int              # batches per epoch
     modes: tuple            # of "fit", "fit_spe", "evaluate", "predict"
 
 
+def _images(shape, classes):
+    return lambda n: workloads.classification_data(n, shape, classes)
+
+
 def _workloads(args):
     everything = ("fit", "fit_spe", "evaluate", "predict")
     return {
-        "softmax_regression": Workload(workloads.softmax_regression, (784,), 10, 100,
+        "softmax_regression": Workload(workloads.softmax_regression, _images((784,), 10), 100,
                                        args.softmax_steps, everything),
         "mlp_784_256_10": Workload(lambda jit_compile=False: workloads.mlp(0, jit_compile),
-                                   (784,), 10, 64, args.steps, ("fit", "evaluate", "predict")),
+                                   _images((784,), 10), 64, args.steps,
+                                   ("fit", "evaluate", "predict")),
+        "text_cnn": Workload(workloads.text_cnn, lambda n: workloads.token_data(n, 40, 1000), 64,
+                             args.steps, ("fit", "evaluate", "predict")),
         f"elephant_cnn_{args.image_size}": Workload(
             lambda jit_compile=False: workloads.elephant_cnn(args.image_size, jit_compile),
-            (args.image_size, args.image_size, 3), 1, 64, args.cnn_steps, ("fit",)),
+            _images((args.image_size, args.image_size, 3), 1), 64, args.cnn_steps, ("fit",)),
     }
 
 
@@ -85,7 +91,7 @@ def _steps_per_execution(mode):
 
 
 def bench_model(name, work, rounds, backend="auto"):
-    x, y = workloads.classification_data(work.steps * work.batch, work.input_shape, work.classes)
+    x, y = work.data(work.steps * work.batch)
     models = {c: _make(c, work.build, backend) for c in CONTENDERS}
     spe_models = {c: _make(c, work.build, backend, STEPS_PER_EXECUTION) for c in CONTENDERS} \
         if "fit_spe" in work.modes else {}
@@ -180,7 +186,8 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=7, help="per contender, first is compile")
     parser.add_argument("--softmax-steps", type=int, default=600,
                         help="batches per epoch, softmax regression (600: MNIST's 60000)")
-    parser.add_argument("--steps", type=int, default=50, help="batches per epoch, MLP")
+    parser.add_argument("--steps", type=int, default=50,
+                        help="batches per epoch, MLP and text CNN")
     parser.add_argument("--cnn-steps", type=int, default=3, help="batches per epoch, CNN")
     parser.add_argument("--image-size", type=int, default=150)
     parser.add_argument("--models", nargs="*", help="subset of model names")

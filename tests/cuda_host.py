@@ -33,6 +33,11 @@ static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
 static inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
+template <typename T> static inline T atomicAdd(T* at, T value) {   // one OS thread: plain
+    T old = *at;
+    *at = old + value;
+    return old;
+}
 
 // A block's threads are coroutines on this one OS thread: each runs until it
 // reaches __syncthreads() or returns, then the next one runs; a round over all

@@ -297,3 +297,12 @@ def test_philox_bits_match_tensorflow_exactly(harness, name):
     fn, args = STRUCTURED[name]
     got, _ = harness.run(name)
     np.testing.assert_array_equal(got[0], fn(*[tf.constant(a) for a in args]).numpy())
+
+
+def test_adding_scatters_are_atomic_and_others_run_in_order(harness):
+    program, prefix, _ = harness.programs["scatter"]
+    kernels = dict(render_program(program, prefix)[1])
+    scatters = [n for n, s in kernel_names(program, prefix) if isinstance(s, ScatterKernel)]
+    atomic = [n for n in scatters if "atomicAdd(" in kernels[n]]
+    in_order = [n for n in scatters if "if (blockIdx.x == 0 && threadIdx.x == 0)" in kernels[n]]
+    assert len(atomic) == 2 and len(in_order) == 1    # the two adds; tensor_scatter_nd_max

@@ -147,10 +147,12 @@ def _gather(lw, inst, index):
 
 
 def scatter_update(lw, inst, index, out):
-    """(target, value) of update element `index` of scatter `inst` into buffer
-    `out`: where it lands, and what to store there (the combiner of what is
-    there and the update). An update whose window does not fit is skipped, as
-    in XLA: its target is clamped in range and gets back what it holds."""
+    """(target, value, update, fits, adds) of update element `index` of scatter
+    `inst` into buffer `out`: where it lands, what to store there (the
+    combiner of what is there and the update), the update, whether its window
+    fits, whether the combiner is an add. An update whose window does not fit
+    is skipped, as in XLA: its target is clamped in range and gets back what
+    it holds."""
     if len(inst.operands) != 3:
         raise Unsupported("scatter into several arrays at once")
     a = inst.attrs
@@ -177,10 +179,13 @@ def scatter_update(lw, inst, index, out):
         fits = ix.both(fits, Op("pred", "and", (ix.compare(start, ix.c64(0), "GE"),
                                                 ix.compare(start, ix.c64(n - size), "LE"))))
         target.append(ix.clamp(ix.add(start, offset), 0, n - 1))
-    current = Load(inst.shape.dtype, out, tuple(target))
+    current, update = Load(inst.shape.dtype, out, tuple(target)), lw.operand(inst, 2, index)
     accs, curs, (combined,) = lw.combiner(a["to_apply"], 1)
-    new = _substitute(combined, {accs[0]: current, curs[0]: lw.operand(inst, 2, index)})
-    return tuple(target), Op(inst.shape.dtype, "select", (fits, new, current)) if fits else new
+    new = _substitute(combined, {accs[0]: current, curs[0]: update})
+    adds = isinstance(combined, Op) and combined.opcode == "add" \
+        and set(combined.args) == {accs[0], curs[0]}
+    value = Op(inst.shape.dtype, "select", (fits, new, current)) if fits else new
+    return tuple(target), value, update, fits, adds
 
 
 def _reduce(lw, inst, index, result=0):

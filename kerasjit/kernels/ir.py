@@ -111,8 +111,13 @@ class ScatterKernel(LoopKernel):
     """A loop over a scatter's updates, each stored at its own `target` (index
     Exprs into the one stored buffer, which already holds the operand), in
     order: later updates of an element combine with earlier ones, so it runs
-    on one thread."""
+    on one thread. Where the combiner is an add (`adds`: an embedding's
+    gradient), `update` where `fits` (None: always) may instead be added
+    atomically, in any order."""
     target: tuple = ()
+    update: object = None
+    fits: object = None
+    adds: bool = False
 
 
 @dataclass

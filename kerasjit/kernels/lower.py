@@ -181,10 +181,10 @@ class _Lowering:
                                      [(out, start)], [inst.name]))
         updates = inst.operands[2].shape.dims
         index = self._loop_index(len(updates))
-        target, value = self._in_kernel(index, {},
-                                        lambda: scatter_update(self, inst, index, out))
+        target, value, update, fits, adds = self._in_kernel(
+            index, {}, lambda: scatter_update(self, inst, index, out))
         self.steps.append(ScatterKernel(f"k{len(self.steps)}_scatter", updates, [(out, value)],
-                                        [inst.name], reduction=True, target=target))
+                                        [inst.name], True, target, update, fits, adds))
 
     def _join_value(self, inst, pos):
         """`inst` as one more store of LoopKernel steps[pos], or None if not valid there.

@@ -35,11 +35,21 @@ def _long_reductions(kernel):
             if isinstance(n, Reduce) and math.prod(n.extents) >= BLOCK_REDUCE_TERMS]
 
 
+ATOMIC_ADD_TYPES = {"f32", "f64", "s32", "u32", "u64"}     # CUDA's atomicAdd
+
+
+def _atomic(kernel):
+    """A scatter whose updates add: each thread adds its own with atomicAdd, in
+    whatever order they come (as TensorFlow's GPU scatter does)."""
+    return isinstance(kernel, ScatterKernel) and kernel.adds \
+        and kernel.stores[0][1].dtype in ATOMIC_ADD_TYPES
+
+
 def launch_threads(kernel):
     """Threads a launch of `kernel` wants: one per element, for a cooperative
-    kernel a block per element, for a scatter one thread (its updates apply in
-    order, several to one element; atomics would serve an add)."""
-    if isinstance(kernel, ScatterKernel):
+    kernel a block per element, for another scatter than an atomic one a
+    single thread (its updates apply in order, several to one element)."""
+    if isinstance(kernel, ScatterKernel) and not _atomic(kernel):
         return 1
     return math.prod(kernel.dims) * (THREADS if _long_reductions(kernel) else 1)
 
@@ -90,7 +100,7 @@ class _KernelWriter:
             self.emit(f"{t}* const b{bid} = ({t}*)buffers[{bid}];")
         dims = self.kernel.dims
         total = math.prod(dims)
-        if isinstance(self.kernel, ScatterKernel):
+        if isinstance(self.kernel, ScatterKernel) and not _atomic(self.kernel):
             loop = (f"if (blockIdx.x == 0 && threadIdx.x == 0) "
                     f"for (s64 flat = 0; flat < {total}LL; ++flat)")
         elif self.cooperative:     # (uniform over the block: every thread meets each barrier)
@@ -113,6 +123,9 @@ class _KernelWriter:
                 self.emit(f"const s64 i{d} = {split};")
             stride *= dims[d]
         scope = _Scope()
+        if _atomic(self.kernel):
+            self.atomic_add(scope)
+            return
         for bid, expr in self.kernel.stores:
             value = self.value(expr, scope)
             if expr.dtype == "pred":
@@ -122,6 +135,13 @@ class _KernelWriter:
                               else [f"i{d}" for d in range(len(dims))])
             store = f"b{bid}[{at}] = {value};"
             self.emit(f"if (threadIdx.x == 0) {store}" if self.cooperative else store)
+
+    def atomic_add(self, scope):
+        kernel = self.kernel
+        (bid, expr), = kernel.stores
+        at = self.address(bid, [self.value(t, scope) for t in kernel.target])
+        add = f"atomicAdd(&b{bid}[{at}], {self.value(kernel.update, scope)});"
+        self.emit(f"if ({self.value(kernel.fits, scope)}) {add}" if kernel.fits else add)
 
     def address(self, bid, index):
         terms, stride = [], 1
