@@ -16,16 +16,21 @@ def softmax_regression(jit_compile=False):
     return model
 
 
+def _dropout(rate):
+    return [keras.layers.Dropout(rate)] if rate else []
+
+
+def _adam_classifier(name, layers, loss, jit_compile):
+    model = keras.Sequential(layers, name=name)
+    model.compile(optimizer="adam", loss=loss, metrics=["accuracy"], jit_compile=jit_compile)
+    return model
+
+
 def mlp(dropout=0.5, jit_compile=False):
     """784-256-10 MLP with Dropout, Adam."""
-    layers = [keras.Input((784,)), keras.layers.Dense(256, activation="relu")]
-    if dropout:
-        layers.append(keras.layers.Dropout(dropout))
-    layers.append(keras.layers.Dense(10, activation="softmax"))
-    model = keras.Sequential(layers, name="mlp")
-    model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"],
-                  jit_compile=jit_compile)
-    return model
+    return _adam_classifier("mlp", [
+        keras.Input((784,)), keras.layers.Dense(256, activation="relu"), *_dropout(dropout),
+        keras.layers.Dense(10, activation="softmax")], "categorical_crossentropy", jit_compile)
 
 
 def conv_bn(image_size=28, jit_compile=False):
@@ -69,15 +74,11 @@ def elephant_cnn(image_size=150, jit_compile=False):
 def text_cnn(vocab=1000, length=40, dropout=0.3, jit_compile=False):
     """A small text classifier: Embedding (a gather; its gradient a scatter-add),
     Conv1D, global max pooling, Dropout, sigmoid; Adam."""
-    layers = [keras.Input((length,), dtype="int32"), keras.layers.Embedding(vocab, 32),
-              keras.layers.Conv1D(32, 5, activation="relu"), keras.layers.GlobalMaxPooling1D()]
-    if dropout:
-        layers.append(keras.layers.Dropout(dropout))
-    layers.append(keras.layers.Dense(1, activation="sigmoid"))
-    model = keras.Sequential(layers, name="text_cnn")
-    model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"],
-                  jit_compile=jit_compile)
-    return model
+    return _adam_classifier("text_cnn", [
+        keras.Input((length,), dtype="int32"), keras.layers.Embedding(vocab, 32),
+        keras.layers.Conv1D(32, 5, activation="relu"), keras.layers.GlobalMaxPooling1D(),
+        *_dropout(dropout), keras.layers.Dense(1, activation="sigmoid")],
+        "binary_crossentropy", jit_compile)
 
 
 def token_data(n, length, vocab, seed=0):
