@@ -86,6 +86,31 @@ def test_a_read_only_donated_array_is_copied_not_written():
     assert (w == 1).all() and np.allclose(new, 0.9)
 
 
+# Indices updated in place, then read by a scatter (whose target and update
+# Exprs must follow the indices to their new buffer).
+SCATTER_AFTER_UPDATE = """  %t = f32[6,3] parameter(0)
+  %iv = s32[4,1] parameter(1)
+  %u = f32[4,3] parameter(2)
+  %one = s32[] constant(1)
+  %ones = s32[4,1] broadcast(s32[] %one), dimensions={}
+  %inew = s32[4,1] add(s32[4,1] %iv, s32[4,1] %ones)
+  %s = f32[6,3] scatter(f32[6,3] %t, s32[4,1] %inew, f32[4,3] %u), update_window_dims={1},
+      inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1,
+      to_apply=%sum
+  ROOT %r = (s32[4,1], f32[6,3]) tuple(s32[4,1] %inew, f32[6,3] %s)"""
+
+
+def test_a_scatter_reads_indices_updated_in_place():
+    args = [np.zeros((6, 3), np.float32), np.array([[0], [2], [2], [5]], np.int32),
+            np.arange(12, dtype=np.float32).reshape(4, 3)]
+    want = evaluate(parse_module(hlo(SCATTER_AFTER_UPDATE, SUM)), [a.copy() for a in args])
+    executable = BACKEND.compile(parse_module(hlo(SCATTER_AFTER_UPDATE, SUM)), {1: 0})
+    indices, scattered = executable([a.copy() for a in args])
+    assert executable.program.aliases == {0: 1}
+    np.testing.assert_array_equal(indices, want[0])
+    np.testing.assert_array_equal(scattered, want[1])     # (index 6 is skipped)
+
+
 def test_training_updates_variables_in_place_and_matches_keras():
     x, y = workloads.classification_data(256, (784,), 10)
     plain = workloads.mlp(0)

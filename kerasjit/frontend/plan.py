@@ -60,7 +60,7 @@ class Planner:
         tensors += self.made_by.get(node.name, [])
         if any(self.fg.specs[t].dtype in (tf.variant, tf.resource)
                for t in tensors if t in self.fg.specs):
-            return "variant values (a loop's TensorLists) stay in TensorFlow"
+            return "variant and resource values (a loop's TensorLists) stay in TensorFlow"
         return ""
 
     def _boundary(self, members):

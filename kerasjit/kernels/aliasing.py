@@ -8,7 +8,8 @@ writes, and no later step reads the parameter. The store moves last in its
 kernel, so the kernel's other stores still read the old value at that
 element. Saves allocating and touching a fresh array per variable per step.
 """
-from .ir import ChunkLoop, Const, GemmCall, Index, Load, LoopKernel, rename_buffer, walk
+from .ir import (ChunkLoop, Const, GemmCall, Index, Load, LoopKernel, ScatterKernel, rename_buffer,
+                 walk)
 from .storage import touched
 
 
@@ -63,3 +64,7 @@ def _rename(steps, old, new, memo):
         else:
             step.stores = [(new if b == old else b, rename_buffer(e, old, new, memo))
                            for b, e in step.stores]
+            if isinstance(step, ScatterKernel):     # (parts of its stored value, same memo)
+                step.target = tuple(rename_buffer(e, old, new, memo) for e in step.target)
+                step.update = rename_buffer(step.update, old, new, memo)
+                step.fits = step.fits and rename_buffer(step.fits, old, new, memo)

@@ -178,13 +178,14 @@ class _Lowering:
         index = self._loop_index(inst.shape.rank)
         start = self._in_kernel(index, {}, lambda: self.operand(inst, 0, index))
         self.steps.append(LoopKernel(f"k{len(self.steps)}_scatter_operand", inst.shape.dims,
-                                     [(out, start)], [inst.name]))
+                                     [(out, start)]))
         updates = inst.operands[2].shape.dims
         index = self._loop_index(len(updates))
         target, value, update, fits, adds = self._in_kernel(
             index, {}, lambda: scatter_update(self, inst, index, out))
         self.steps.append(ScatterKernel(f"k{len(self.steps)}_scatter", updates, [(out, value)],
-                                        [inst.name], True, target, update, fits, adds))
+                                        [inst.name], reduction=True, target=target,
+                                        update=update, fits=fits, adds=adds))
 
     def _join_value(self, inst, pos):
         """`inst` as one more store of LoopKernel steps[pos], or None if not valid there.

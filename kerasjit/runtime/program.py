@@ -35,9 +35,9 @@ class ClusterRun:
         return self._in_tensorflow(args)
 
     def _in_tensorflow(self, args):
-        # A variant (a loop's TensorList) has no array form: it goes on as a tensor,
-        # to another TensorFlow cluster (plan.py keeps its readers there).
-        return [o if o.dtype == tf.variant else np.asarray(o)
+        # A variant (a loop's TensorList) or resource has no array form: it goes on
+        # as a tensor, to another TensorFlow cluster (plan.py keeps its readers there).
+        return [o if o.dtype in (tf.variant, tf.resource) else np.asarray(o)
                 for o in self.tf_function(*map(host, args))]
 
     @property

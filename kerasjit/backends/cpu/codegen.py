@@ -11,7 +11,7 @@ several threads (parallel.py).
 from llvmlite import ir
 
 from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, Index, Load, Op, Reduce,
-                           ReduceVar, Var, leaf_steps, walk)
+                           ReduceVar, ScatterKernel, Var, leaf_steps, walk)
 from . import narrow_gemm, parallel
 from .blas import SGEMM_SYMBOL, SINGLE_THREAD_MNK, THREADS_LOCAL_SYMBOL
 from .llvm_types import I64, PTR, counted_loop, memory_type, register_type
@@ -83,14 +83,14 @@ class _KernelBuilder:
             self.b.ret_void()
             return
 
-        target = getattr(self.kernel, "target", None)     # a ScatterKernel's
+        target = self.kernel.target if isinstance(self.kernel, ScatterKernel) else None
 
         def element(index):
             values = {}
             env = {"index": index, "reduce": {}}
             for bid, expr in self.kernel.stores:
                 value = self.render(expr, values, env)
-                at = [self.render(t, values, env) for t in target] if target else index
+                at = index if target is None else [self.render(t, values, env) for t in target]
                 self.store(bid, expr.dtype, at, value)
         self.nest(list(dims), element, outermost=True)
         self.b.ret_void()

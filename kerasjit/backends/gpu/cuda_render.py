@@ -26,11 +26,15 @@ from .cuda_ops import PRELUDE, ctype, expression, literal, memory_ctype
 
 SIGNATURE = 'extern "C" __global__ void {name}(void** buffers, long long chunk)'
 THREADS = 256               # per block, a power of two (the shared-memory tree halves it)
-BLOCK_REDUCE_TERMS = 1024   # from this many terms a reduction takes a block per element
+BLOCK_REDUCE_TERMS = 1024   # from this many terms a reduction takes a block per element,
+BLOCK_REDUCE_ELEMENTS = 1 << 14     # up to this many elements (a big GPU's resident blocks x4)
 
 
 def _long_reductions(kernel):
-    """The kernel's Reduces that a block combines: long ones not inside another."""
+    """The kernel's Reduces that a block combines: long ones not inside another,
+    in a kernel of few enough elements (a block each) that are no scatter's."""
+    if isinstance(kernel, ScatterKernel) or math.prod(kernel.dims) > BLOCK_REDUCE_ELEMENTS:
+        return []
     return [n for _, e in kernel.stores for n in walk(e, into_reductions=False)
             if isinstance(n, Reduce) and math.prod(n.extents) >= BLOCK_REDUCE_TERMS]
 
@@ -47,8 +51,8 @@ def _atomic(kernel):
 
 def launch_threads(kernel):
     """Threads a launch of `kernel` wants: one per element, for a cooperative
-    kernel a block per element, for another scatter than an atomic one a
-    single thread (its updates apply in order, several to one element)."""
+    kernel a block per element, for a non-atomic scatter a single thread (its
+    updates apply in order, several to one element)."""
     if isinstance(kernel, ScatterKernel) and not _atomic(kernel):
         return 1
     return math.prod(kernel.dims) * (THREADS if _long_reductions(kernel) else 1)
@@ -130,8 +134,8 @@ class _KernelWriter:
             value = self.value(expr, scope)
             if expr.dtype == "pred":
                 value = f"(u8){value}"
-            target = getattr(self.kernel, "target", None)     # a ScatterKernel's
-            at = self.address(bid, [self.value(t, scope) for t in target] if target
+            at = self.address(bid, [self.value(t, scope) for t in self.kernel.target]
+                              if isinstance(self.kernel, ScatterKernel)
                               else [f"i{d}" for d in range(len(dims))])
             store = f"b{bid}[{at}] = {value};"
             self.emit(f"if (threadIdx.x == 0) {store}" if self.cooperative else store)
