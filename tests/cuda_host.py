@@ -3,7 +3,8 @@
 `build` compiles kerasjit's CUDA C with g++ as C++, the CUDA names defined by
 a small harness (a launch runs the blocks one after another, each block's
 threads as coroutines that take turns at every __syncthreads(), so block
-reductions in shared memory run as on a device). `HostDevice` is the device interface of
+reductions in shared memory run as on a device, and a barrier that not
+every thread reaches fails the launch). `HostDevice` is the device interface of
 kerasjit/backends/gpu/device.py on top of it: numpy memory, these kernels,
 GEMMs by numpy, and "graphs" that replay the recorded launches.
 """
@@ -41,7 +42,9 @@ template <typename T> static inline T atomicAdd(T* at, T value) {   // one OS th
 
 // A block's threads are coroutines on this one OS thread: each runs until it
 // reaches __syncthreads() or returns, then the next one runs; a round over all
-// of them takes every thread through the same barrier.
+// of them takes every thread through the same barrier. A round in which some
+// threads wait at a barrier while others returned is a barrier not every
+// thread reaches (on a GPU, a hang or worse): kj_launch then returns 1.
 static ucontext_t kj_scheduler;
 static std::vector<ucontext_t> kj_contexts;
 static void (*kj_kernel)(void**, long long);
@@ -55,8 +58,8 @@ static void kj_thread() {
     kj_kernel(kj_buffers, kj_chunk);
     kj_returned = true;     // then back to the scheduler (uc_link)
 }
-extern "C" void kj_launch(void (*kernel)(void**, long long), void** buffers, long long chunk,
-                          unsigned blocks, unsigned threads) {
+extern "C" int kj_launch(void (*kernel)(void**, long long), void** buffers, long long chunk,
+                         unsigned blocks, unsigned threads) {
     kj_kernel = kernel, kj_buffers = buffers, kj_chunk = chunk;
     gridDim.x = blocks;
     blockDim.x = threads;
@@ -73,15 +76,18 @@ extern "C" void kj_launch(void (*kernel)(void**, long long), void** buffers, lon
             running[t] = 1;
         }
         for (unsigned left = threads; left;) {
+            unsigned returned = 0;
             for (unsigned t = 0; t < threads; ++t) {
                 if (!running[t]) continue;
                 threadIdx.x = t;
                 kj_returned = false;
                 swapcontext(&kj_scheduler, &kj_contexts[t]);
-                if (kj_returned) running[t] = 0, --left;
+                if (kj_returned) running[t] = 0, --left, ++returned;
             }
+            if (returned && left) return 1;
         }
     }
+    return 0;
 }
 """
 # Fewer threads than most iteration spaces: the grid-stride loop goes round.
@@ -111,10 +117,12 @@ class Library:
         self.lib = ctypes.CDLL(str(tmp / f"k{n}.so"))
         self.lib.kj_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong,
                                        ctypes.c_uint, ctypes.c_uint]
+        self.lib.kj_launch.restype = ctypes.c_int
 
     def launch(self, name, table_address, chunk):
-        self.lib.kj_launch(ctypes.cast(self.lib[name], ctypes.c_void_p), table_address, chunk,
-                           *GRID)
+        if self.lib.kj_launch(ctypes.cast(self.lib[name], ctypes.c_void_p), table_address,
+                              chunk, *GRID):
+            raise AssertionError(f"{name}: a __syncthreads() that not every thread reaches")
 
 
 class HostDevice:

@@ -306,3 +306,14 @@ def test_adding_scatters_are_atomic_and_others_run_in_order(harness):
     atomic = [n for n in scatters if "atomicAdd(" in kernels[n]]
     in_order = [n for n in scatters if "if (blockIdx.x == 0 && threadIdx.x == 0)" in kernels[n]]
     assert len(atomic) == 2 and len(in_order) == 1    # the two adds; tensor_scatter_nd_max
+
+
+def test_the_emulation_fails_a_barrier_that_some_threads_skip(tmp_path):
+    body = "{ %s __syncthreads(); }"
+    source = PRELUDE + "".join(
+        f'extern "C" __global__ void {name}(void** buffers, long long chunk) {body % cond}\n'
+        for name, cond in (("uniform", ""), ("divergent", "if (threadIdx.x < 5)")))
+    library = Library(source, tmp_path)
+    library.launch("uniform", 0, 0)
+    with pytest.raises(AssertionError, match="not every thread reaches"):
+        library.launch("divergent", 0, 0)
