@@ -157,7 +157,7 @@ def _fit_entry(fit, model, state):
 _ENTRIES = ("evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch",
              "get_metrics_result")
 # Every instance attribute wrap sets; re-wrapping restores Keras's own first.
-_WRAPPED_METHODS = ("fit", *_ENTRIES, "make_train_function", "make_test_function",
+_WRAPPED_METHODS = ("fit", "compile", *_ENTRIES, "make_train_function", "make_test_function",
                     "make_predict_function")
 
 
@@ -199,7 +199,15 @@ def wrap(model, backend="auto", max_shapes=8, race=True):
             model.predict_function = predict_function
         return model.predict_function
 
+    def compile(*args, **kwargs):
+        # A new optimizer, loss or metrics are new variables and a new step to
+        # trace: Keras's compile, then wrap anew (the weights written back first).
+        state.store.flush()
+        state.originals["compile"](*args, **kwargs)
+        wrap(model, backend, max_shapes, race)
+
     model._kerasjit = state
+    model.compile = compile
     # Flush before Keras's own code runs: evaluate resets metric variables first thing,
     # and fit reads the metric variables for the epoch's logs before any callback runs.
     model.fit = _fit_entry(model.fit, model, state)

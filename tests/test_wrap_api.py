@@ -174,3 +174,29 @@ def test_nan_inputs_follow_hlo_semantics_without_crashing():
     ours = fit_twice(x, y.argmax(1), 8, "cpu")
     assert np.isnan(ours[0]["loss"]).all()
     assert_same_outcome(fit_twice(x, y.argmax(1), 8, "xla"), ours)
+
+
+def test_compiling_a_wrapped_model_again_trains_with_the_new_optimizer_and_metrics():
+    x, y = workloads.classification_data(128, (20,), 3)
+
+    def train(wrapped):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((20,)), keras.layers.Dense(8, activation="relu"),
+                                  keras.layers.Dense(3, activation="softmax")])
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="categorical_crossentropy")
+        if wrapped:
+            model = kerasjit.wrap(model, race=False)
+        first = model.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0).history
+        model.compile(optimizer=keras.optimizers.Adam(0.01), loss="categorical_crossentropy",
+                      metrics=["accuracy"])
+        second = model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0).history
+        return first, second, model.get_weights(), model
+    *plain, _ = train(False)
+    *ours, model = train(True)
+    assert "compile" in vars(model)          # still wrapped, for the next compile too
+    assert ours[1].keys() == plain[1].keys() == {"loss", "accuracy"}
+    for a, b in zip(ours[:2], plain[:2]):
+        for key in b:
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-5)
+    for a, b in zip(ours[2], plain[2]):
+        np.testing.assert_allclose(a, b, atol=1e-6)
