@@ -200,3 +200,29 @@ def test_compiling_a_wrapped_model_again_trains_with_the_new_optimizer_and_metri
             np.testing.assert_allclose(a[key], b[key], rtol=1e-5)
     for a, b in zip(ours[2], plain[2]):
         np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_predictions_from_several_threads_at_once_are_each_right():
+    import threading
+    x, _ = workloads.classification_data(400, (32,), 4)
+    keras.utils.set_random_seed(0)
+    plain = keras.Sequential([keras.Input((32,)), keras.layers.Dense(128, activation="relu"),
+                              keras.layers.Dense(4, activation="softmax")])
+    plain.compile(optimizer="adam", loss="categorical_crossentropy")
+    want = plain.predict(x, batch_size=40, verbose=0)
+    model = kerasjit.wrap(plain, race=False)
+    model.predict(x, batch_size=40, verbose=0)         # compiled before the threads start
+    wrong = []
+
+    def serve(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(40):
+            i = int(rng.integers(0, 360))
+            if not np.allclose(model.predict_on_batch(x[i:i + 40]), want[i:i + 40], atol=1e-5):
+                wrong.append(i)
+    threads = [threading.Thread(target=serve, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong

@@ -4,6 +4,7 @@ import ctypes
 import numpy as np
 
 from ...hlo.shape import DTYPES
+from .. import one_call_at_a_time
 from .stepper import run_steps
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -19,6 +20,7 @@ def _address(a):
         return a.ctypes.data
 
 
+@one_call_at_a_time
 class CpuExecutable:
     def __init__(self, program, address, kernels):
         self.program, self.kernels = program, kernels   # kernels: [(name, LLVM IR)]

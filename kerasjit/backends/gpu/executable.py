@@ -14,10 +14,12 @@ there); outputs are copied out to new device arrays, except donated ones.
 the same executable on a host emulation of it.
 """
 from ...hlo.shape import DTYPES
+from .. import one_call_at_a_time
 from ...kernels.ir import ChunkLoop, GemmCall
 from .cuda_render import launch_threads
 
 
+@one_call_at_a_time
 class GpuExecutable:
     def __init__(self, program, device, functions, kernels):
         """functions: id(LoopKernel) -> the device's compiled function;
