@@ -6,34 +6,21 @@ a GPU toolkit.
 import functools
 import importlib
 import importlib.util
-import threading
 import warnings
 
 _BACKENDS = {"reference": "kerasjit.backends.reference", "cpu": "kerasjit.backends.cpu",
              "gpu": "kerasjit.backends.gpu"}
 
 
-def one_call_at_a_time(cls):
-    """Make `cls`'s executions (`__call__`, and `run_steps` where it has one)
-    take turns: an executable's buffer table and temporaries serve all its
-    calls, so calls from several threads (a server's predict) must not overlap."""
-    def serialized(method):
-        @functools.wraps(method)
-        def call(self, *args):
-            with self._turn:
-                return method(self, *args)
-        return call
-    init = cls.__init__
-
-    @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
-        self._turn = threading.Lock()
-        init(self, *args, **kwargs)
-    cls.__init__ = __init__
-    for name in ("__call__", "run_steps"):
-        if name in vars(cls):
-            setattr(cls, name, serialized(vars(cls)[name]))
-    return cls
+def one_call_at_a_time(method):
+    """For an executable's `__call__` and `run_steps`, under its `_turn` lock:
+    its buffer table and temporaries serve all its calls, so calls from
+    several threads (a server's predict) must take turns."""
+    @functools.wraps(method)
+    def call(self, *args):
+        with self._turn:
+            return method(self, *args)
+    return call
 
 
 def available():

@@ -117,26 +117,34 @@ def _dynamic_update_slice(lw, inst, index):
                                            lw.operand(inst, 0, index)))
 
 
+def _starts(lw, inst, position, rank, index_map, batching):
+    """Per operand dimension, where a gather's slice or a scatter's window
+    starts: for the dimensions `index_map` names, a component of the index
+    vector (indices operand 1 at `position`, the index vector dimension put
+    back in); for `batching` ((operand dim, indices dim) pairs), the batch
+    coordinate itself; else 0."""
+    ivd = inst.attrs["index_vector_dim"]
+    starts = [ix.c64(0)] * rank
+    for k, d in enumerate(index_map):
+        at = position[:ivd] + [ix.c64(k)] + position[ivd:] \
+            if ivd < inst.operands[1].shape.rank else position
+        starts[d] = Op(S64, "convert", (lw.operand(inst, 1, at),))
+    for d, bd in batching:
+        starts[d] = position[bd - (bd > ivd)]
+    return starts
+
+
 def _gather(lw, inst, index):
     """XLA's gather: each output element reads the operand at a start read from
     the indices (clamped so the slice fits, as XLA does) plus its offset."""
     a = inst.attrs
     operand_dims = inst.operands[0].shape.dims
-    ivd = a["index_vector_dim"]
     offset_dims = a["offset_dims"]
-    # The output's other dims walk the indices' dims without the index vector's.
-    batch = [index[d] for d in range(inst.shape.rank) if d not in offset_dims]
-    has_vector = ivd < inst.operands[1].shape.rank
-
-    def component(k):
-        at = batch[:ivd] + [ix.c64(k)] + batch[ivd:] if has_vector else batch
-        return Op(S64, "convert", (lw.operand(inst, 1, at),))
-    starts = [ix.c64(0)] * len(operand_dims)
-    for k, d in enumerate(a["start_index_map"]):
-        starts[d] = component(k)
     operand_batch = a.get("operand_batching_dims", ())
-    for d, bd in zip(operand_batch, a.get("start_indices_batching_dims", ())):
-        starts[d] = batch[bd - (bd > ivd)]
+    # The output's other dims walk the indices' dims without the index vector's.
+    starts = _starts(lw, inst, [index[d] for d in range(inst.shape.rank) if d not in offset_dims],
+                     len(operand_dims), a["start_index_map"],
+                     zip(operand_batch, a.get("start_indices_batching_dims", ())))
     dropped = set(a.get("collapsed_slice_dims", ())) | set(operand_batch)
     offsets = iter(index[d] for d in offset_dims)
     inner = []
@@ -157,22 +165,14 @@ def scatter_update(lw, inst, index, out):
         raise Unsupported("scatter into several arrays at once")
     a = inst.attrs
     dims, updates = inst.shape.dims, inst.operands[2].shape.dims
-    ivd, window_dims = a["index_vector_dim"], a["update_window_dims"]
-    position = [index[d] for d in range(len(updates)) if d not in window_dims]
-    has_vector = ivd < inst.operands[1].shape.rank
-
-    def component(k):
-        at = position[:ivd] + [ix.c64(k)] + position[ivd:] if has_vector else position
-        return Op(S64, "convert", (lw.operand(inst, 1, at),))
+    window_dims = a["update_window_dims"]
     batching = a.get("input_batching_dims", ())
     inserted = set(a.get("inserted_window_dims", ())) | set(batching)
     offsets = dict(zip([d for d in range(len(dims)) if d not in inserted],
                        [(index[u], updates[u]) for u in window_dims]))
-    starts = [ix.c64(0)] * len(dims)
-    for k, d in enumerate(a["scatter_dims_to_operand_dims"]):
-        starts[d] = component(k)
-    for d, bd in zip(batching, a.get("scatter_indices_batching_dims", ())):
-        starts[d] = position[bd - (bd > ivd)]
+    starts = _starts(lw, inst, [index[d] for d in range(len(updates)) if d not in window_dims],
+                     len(dims), a["scatter_dims_to_operand_dims"],
+                     zip(batching, a.get("scatter_indices_batching_dims", ())))
     fits, target = None, []
     for d, (start, n) in enumerate(zip(starts, dims)):
         offset, size = offsets.get(d, (ix.c64(0), 1))

@@ -60,8 +60,7 @@ class CpuBackend:
             program = lower(module, donate)
             name = f"cluster_{key[:16]}"
             llvm_module, kernels, counters = render_program(
-                program, name, blas_threads_local, engine.vector_lanes(), engine.is_x86(),
-                profile.Counters if timed else None)
+                program, name, blas_threads_local, engine.vector_lanes(), engine.is_x86(), timed)
             code = engine.object_code(engine.optimize(llvm_module, has_long_loops(program)))
             # What the executable needs of the program; expressions live in the code now.
             record = {"program": dataclasses.replace(program, steps=[]),

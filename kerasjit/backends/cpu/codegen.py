@@ -16,6 +16,7 @@ from . import narrow_gemm, parallel
 from .blas import SGEMM_SYMBOL, SINGLE_THREAD_MNK, THREADS_LOCAL_SYMBOL
 from .llvm_types import I64, PTR, counted_loop, memory_type, register_type
 from .ops import OpEmitter
+from .profile import Counters
 
 
 def kernel_buffers(kernel):
@@ -268,13 +269,13 @@ def _flush_denormals(module, b):
 
 
 def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x86=False,
-                   counters=None):
+                   timed=False):
     """An llvmlite Module with `{name}_entry(ptr buffers)` running every step,
     and the (name, LLVM IR) of the entry and each kernel function for explain()
     (a split kernel's listing ends with its thread entry). `lanes`: floats per
     vector register, for the narrow GEMMs' hand-blocked vector code; `x86`:
-    the entry flushes denormals (MXCSR) while it runs; `counters`: a
-    profile.Counters class, to time each step."""
+    the entry flushes denormals (MXCSR) while it runs; `timed`: each step is
+    timed (profile.py), and the Counters come back third (else None)."""
     module = ir.Module(name=name)
     ops = OpEmitter(module)
     entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), f"{name}_entry")
@@ -287,8 +288,7 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
         if blas_threads_local else None
     may_split = parallel.cores_free(program.steps, blas_threads_local)
     kernels = []
-    if counters is not None:
-        counters = counters(module, name, list(leaf_steps(program.steps)))
+    counters = Counters(module, name, list(leaf_steps(program.steps))) if timed else None
 
     def emit(steps, chunk):
         for step in steps:

@@ -1,5 +1,6 @@
 """A compiled cluster as a Python callable: buffers in, one native call, buffers out."""
 import ctypes
+import threading
 
 import numpy as np
 
@@ -20,11 +21,11 @@ def _address(a):
         return a.ctypes.data
 
 
-@one_call_at_a_time
 class CpuExecutable:
     def __init__(self, program, address, kernels):
         self.program, self.kernels = program, kernels   # kernels: [(name, LLVM IR)]
         self._entry = _ENTRY(address)
+        self._turn = threading.Lock()
         self._arrays = [None] * len(program.buffers)
         # Temporaries live in shared slots (kernels/storage.py) for the executable's life.
         self._slots = [np.empty(n, np.uint8) for n in program.slot_bytes]
@@ -100,6 +101,7 @@ class CpuExecutable:
         return [params[p] if p is not None else small if own and small is not None
                 else self._new_output(bid) for bid, p, small in self._plan]
 
+    @one_call_at_a_time
     def __call__(self, args):
         params = self._params(args)
         self._bind(self.program.params, params)
@@ -111,6 +113,7 @@ class CpuExecutable:
         return [out if small is None else small.copy()
                 for (_, _, small), out in zip(self._plan, outputs)]
 
+    @one_call_at_a_time
     def run_steps(self, n, args, per_step, carried, stacked_outputs):
         """The cluster `n` times in one native call.
 

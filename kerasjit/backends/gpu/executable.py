@@ -13,18 +13,20 @@ there); outputs are copied out to new device arrays, except donated ones.
 `device` supplies the memory, the kernels and cuBLAS (device.py); tests run
 the same executable on a host emulation of it.
 """
+import threading
+
 from ...hlo.shape import DTYPES
-from .. import one_call_at_a_time
 from ...kernels.ir import ChunkLoop, GemmCall
+from .. import one_call_at_a_time
 from .cuda_render import launch_threads
 
 
-@one_call_at_a_time
 class GpuExecutable:
     def __init__(self, program, device, functions, kernels):
         """functions: id(LoopKernel) -> the device's compiled function;
         kernels: [(name, CUDA C)] for explain()."""
         self.program, self.device, self.kernels = program, device, kernels
+        self._turn = threading.Lock()
         xp = device.xp
         slots = [xp.empty(n, xp.uint8) for n in program.slot_bytes]
         self._arrays = []
@@ -98,6 +100,7 @@ class GpuExecutable:
                              f"got {tuple(value.shape)}")
         self.device.copy_into(target, value, self._staging)
 
+    @one_call_at_a_time
     def __call__(self, args):
         program = self.program
         with self.device.ordered():
