@@ -92,4 +92,10 @@ DOT_CONV_POOL = {
         tf.nn.max_pool2d(x, 2, 2, "VALID") ** 2), x)[0], (rand(2, 8, 9, 3),)),
     "maxpool_same_grad": (lambda x: tf.gradients(tf.reduce_sum(
         tf.nn.max_pool2d(x, 3, 2, "SAME") ** 2), x)[0], (rand(1, 7, 7, 2),)),
+    # Disjoint windows (stride >= size), padded and with gaps between them, over
+    # values with ties (as after a relu): the first of equal maxima takes the gradient.
+    "maxpool_disjoint_grads": (lambda x: [tf.gradients(tf.reduce_sum(
+        tf.nn.max_pool2d(x, size, stride, padding) ** 2), x)[0]
+        for size, stride, padding in ((2, 2, "SAME"), (2, 3, "VALID"), (3, 3, "SAME"))],
+        (np.round(rand(2, 7, 8, 3) * 2).astype(np.float32),)),
 }

@@ -379,23 +379,53 @@ def _rng(lw, inst, index, which):
 def _select_and_scatter(lw, inst, index):
     operand, source, init = inst.operands
     window = inst.attrs["window"]
+    sizes = [w.size for w in window]
     out_dims = source.shape.dims
-    outer = lw.key(inst)
-    # The windows that contain this position: window element k of window s
-    # covers it when s*stride + k - pad_lo == position.
-    starts, covers = [], None
+    # Windows that do not overlap (pooling with stride >= size, Keras's
+    # default) hold each position at most once: its window and its offset in
+    # it follow from the position alone, where overlapping ones need a search
+    # over every window that might contain it (4x the work for a 2x2 pool).
+    disjoint = all(w.stride >= w.size and w.pad_lo >= 0 and w.lhs_dilate == w.rhs_dilate == 1
+                   for w in window)
+    starts, offsets, covers = [], [], None
+    outer = None if disjoint else lw.key(inst)
     for d, (i, w) in enumerate(zip(index, window)):
-        k = ReduceVar(S64, outer, d)
-        num = ix.sub(ix.add(i, ix.c64(w.pad_lo)), k)
-        s = ix.div(ix.clamp(num, 0, (out_dims[d] - 1) * w.stride), w.stride)
-        ok = Op("pred", "and", (ix.compare(num, ix.c64(0), "GE"),
-                                ix.compare(num, ix.c64((out_dims[d] - 1) * w.stride), "LE")))
-        if w.stride > 1:
-            ok = Op("pred", "and", (ok, ix.compare(ix.mod(ix.clamp(num, 0, (out_dims[d] - 1) * w.stride),
-                                                          w.stride), ix.c64(0), "EQ")))
+        last = (out_dims[d] - 1) * w.stride
+        if disjoint:
+            num = ix.add(i, ix.c64(w.pad_lo))
+            end = last + w.stride - 1         # (the last position of the last window's stride)
+            k = ix.mod(num, w.stride)
+            ok = ix.both(ix.compare(k, ix.c64(w.size), "LT"), ix.compare(num, ix.c64(end), "LE"))
+            starts.append(ix.div(ix.clamp(num, 0, end), w.stride))
+        else:   # window element k of window s covers it when s*stride + k - pad_lo == i
+            k = ReduceVar(S64, outer, d)
+            num = ix.sub(ix.add(i, ix.c64(w.pad_lo)), k)
+            ok = ix.both(ix.compare(num, ix.c64(0), "GE"), ix.compare(num, ix.c64(last), "LE"))
+            if w.stride > 1:
+                ok = ix.both(ok, ix.compare(ix.mod(ix.clamp(num, 0, last), w.stride),
+                                            ix.c64(0), "EQ"))
+            starts.append(ix.div(ix.clamp(num, 0, last), w.stride))
+        offsets.append(k)
         covers = ix.both(covers, ok)
-        starts.append(s)
-    # Which element of window `starts` the select computation picks (first wins ties).
+    selected = ix.both(covers, ix.compare(_selected_offset(lw, inst, starts),
+                                          ix.linearize(offsets, sizes), "EQ"))
+    src = lw._load_or_expr(source, tuple(starts))
+    s_accs, s_curs, (scattered,) = lw.combiner(inst.attrs["scatter"], 1)
+    start = lw.operand(inst, 2, ())
+    dtype = operand.shape.dtype
+    if disjoint:
+        return Op(dtype, "select", (selected, _substitute(
+            scattered, {s_accs[0]: start, s_curs[0]: src}), start))
+    flag = Var("pred", "scatter.flag")
+    combined = (Op(dtype, "select", (flag, scattered, s_accs[0])),)
+    return Reduce(dtype, outer, tuple(sizes), (s_accs[0],), (flag, s_curs[0]),
+                  combined, (start,), (selected, src), 0)
+
+
+def _selected_offset(lw, inst, starts):
+    """The flat offset, within the window at `starts`, of the element the
+    select computation picks (the first wins ties)."""
+    operand, window = inst.operands[0], inst.attrs["window"]
     inner = lw.key(inst, "select")
     valid, positions = _window_positions(starts, window, operand.shape.dims, inner)
     value = lw._load_or_expr(operand, tuple(positions))
@@ -410,17 +440,8 @@ def _select_and_scatter(lw, inst, index):
     combined = tuple(Op(a.dtype, "select", (take_acc, a, c)) for a, c in zip(accs, curs))
     inits = (Const("pred", False), Const(dtype, 0), ix.c64(-1))
     bodies = (valid if valid is not None else Const("pred", True), value, flat)
-    chosen = Reduce(S64, inner, tuple(w.size for w in window), accs, curs, combined, inits,
-                    bodies, result=2)
-    mine = ix.linearize([ReduceVar(S64, outer, d) for d in range(len(window))],
-                        [w.size for w in window])
-    selected = Op("pred", "and", (covers, ix.compare(chosen, mine, "EQ")))
-    src = lw._load_or_expr(source, tuple(starts))
-    s_accs, s_curs, (scattered,) = lw.combiner(inst.attrs["scatter"], 1)
-    flag = Var("pred", "scatter.flag")
-    combined = (Op(dtype, "select", (flag, scattered, s_accs[0])),)
-    return Reduce(dtype, outer, tuple(w.size for w in window), (s_accs[0],), (flag, s_curs[0]),
-                  combined, (lw.operand(inst, 2, ()),), (selected, src), 0)
+    return Reduce(S64, inner, tuple(w.size for w in window), accs, curs, combined, inits,
+                  bodies, result=2)
 
 
 def _substitute(expr, mapping):
