@@ -79,7 +79,8 @@ def main():
     bench = [sys.executable, "-m", "kerasjit.bench", "--backend", "gpu", "--out", args.out,
              "--name", "gpu_benchmark"]
     if args.quick:
-        bench += ["--rounds", "3", "--softmax-steps", "200", "--steps", "30", "--cnn-steps", "2"]
+        bench += ["--rounds", "3", "--softmax-steps", "200", "--steps", "30", "--mnist-steps", "10",
+                  "--cnn-steps", "2"]
     failures += run(bench) != 0
     return 1 if failures else 0
 

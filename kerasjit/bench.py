@@ -62,6 +62,9 @@ def _workloads(args):
         "mlp_784_256_10": Workload(lambda jit_compile=False: workloads.mlp(0, jit_compile),
                                    _images((784,), 10), 64, args.steps,
                                    ("fit", "evaluate", "predict")),
+        "mnist_cnn": Workload(lambda jit_compile=False: workloads.mnist_cnn(0.5, jit_compile),
+                              _images((28, 28, 1), 10), 128, args.mnist_steps,
+                              ("fit", "evaluate", "predict")),
         "text_cnn": Workload(workloads.text_cnn, lambda n: workloads.token_data(n, 40, 1000), 64,
                              args.steps, ("fit", "evaluate", "predict")),
         f"elephant_cnn_{args.image_size}": Workload(
@@ -188,7 +191,9 @@ def main(argv=None):
                         help="batches per epoch, softmax regression (600: MNIST's 60000)")
     parser.add_argument("--steps", type=int, default=50,
                         help="batches per epoch, MLP and text CNN")
-    parser.add_argument("--cnn-steps", type=int, default=3, help="batches per epoch, CNN")
+    parser.add_argument("--mnist-steps", type=int, default=20,
+                        help="batches per epoch, MNIST CNN")
+    parser.add_argument("--cnn-steps", type=int, default=3, help="batches per epoch, elephant CNN")
     parser.add_argument("--image-size", type=int, default=150)
     parser.add_argument("--models", nargs="*", help="subset of model names")
     parser.add_argument("--backend", default="auto", help="kerasjit's backend (auto, cpu, gpu)")

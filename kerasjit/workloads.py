@@ -33,6 +33,16 @@ def mlp(dropout=0.5, jit_compile=False):
         keras.layers.Dense(10, activation="softmax")], "categorical_crossentropy", jit_compile)
 
 
+def mnist_cnn(dropout=0.5, jit_compile=False):
+    """The Keras examples' MNIST convnet: two 3x3 Conv2D + 2x2 MaxPooling2D,
+    Dropout, softmax; Adam, batch 128."""
+    return _adam_classifier("mnist_cnn", [
+        keras.Input((28, 28, 1)), keras.layers.Conv2D(32, 3, activation="relu"),
+        keras.layers.MaxPooling2D(2), keras.layers.Conv2D(64, 3, activation="relu"),
+        keras.layers.MaxPooling2D(2), keras.layers.Flatten(), *_dropout(dropout),
+        keras.layers.Dense(10, activation="softmax")], "categorical_crossentropy", jit_compile)
+
+
 def conv_bn(image_size=28, jit_compile=False):
     """Conv2D + BatchNorm + MaxPool CNN, SGD with momentum."""
     model = keras.Sequential([

@@ -53,6 +53,7 @@ MODELS = {
     "softmax_regression": (workloads.softmax_regression, images((784,), 10)),
     "mlp_dropout": (workloads.mlp, images((784,), 10)),
     "conv_bn": (workloads.conv_bn, images((28, 28, 1), 10)),
+    "mnist_cnn": (workloads.mnist_cnn, images((28, 28, 1), 10)),
     "elephant_cnn": (lambda: workloads.elephant_cnn(image_size=40), images((40, 40, 3), 1)),
     "text_cnn": (lambda: workloads.text_cnn(vocab=50, length=12),
                  lambda: workloads.token_data(8, 12, 50)),

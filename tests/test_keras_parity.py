@@ -45,6 +45,7 @@ CASES = {
     "softmax_regression": (workloads.softmax_regression, images((784,), 10), 100),
     "mlp_no_dropout": (lambda **k: workloads.mlp(dropout=0, **k), images((784,), 10), 64),
     "conv_bn": (workloads.conv_bn, images((28, 28, 1), 10), 32),
+    "mnist_cnn": (lambda **k: workloads.mnist_cnn(dropout=0, **k), images((28, 28, 1), 10), 32),
     "elephant_cnn": (lambda **k: workloads.elephant_cnn(image_size=40, **k),
                      images((40, 40, 3), 1), 16),
     # An embedding: a gather, and a scatter-add in its gradient.
