@@ -200,3 +200,39 @@ def test_repeated_output_of_a_fused_loop():
   ROOT %t = (f32[4], f32[4]) tuple(%a, %a)"""))
     rng = np.random.default_rng(3)
     compiled_and_lowered(module, [values("f32", (4,), rng) for _ in range(2)])
+
+
+# ------------------------------------------------------------- pooling gradients
+
+GE = """%ge (a: f32[], b: f32[]) -> pred[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %c = pred[] compare(%a, %b), direction=GE
+}"""
+
+
+def pooling_gradient(size, stride, source_dims):
+    """A max-pool gradient feeding the relu gradient, as Keras's Conv2D(relu) +
+    MaxPooling2D backward pass has it."""
+    return parse_module(hlo(f"""  %x = f32[2,7,7,3] parameter(0)
+  %src = f32[{source_dims}] parameter(1)
+  %zero = f32[] constant(0)
+  %zeros = f32[2,7,7,3] broadcast(%zero), dimensions={{}}
+  %pool_grad = f32[2,7,7,3] select-and-scatter(%x, %src, %zero), window={{size=1x{size}x{size}x1 stride=1x{stride}x{stride}x1}}, select=%ge, scatter=%sum
+  %active = pred[2,7,7,3] compare(%x, %zeros), direction=GT
+  ROOT %relu_grad = f32[2,7,7,3] select(%active, %pool_grad, %zeros)""", GE + "\n\n" + SUM))
+
+
+@pytest.mark.parametrize("size, stride, source, fused", [
+    (2, 2, "2,3,3,3", True),      # disjoint windows: the gradient is computed in place
+    (3, 2, "2,3,3,3", False)])    # overlapping ones: a kernel of its own
+def test_a_pooling_gradient_fuses_into_the_activation_gradient_where_windows_are_disjoint(
+        size, stride, source, fused):
+    module = pooling_gradient(size, stride, source)
+    rng = np.random.default_rng(0)
+    x = np.round(rng.standard_normal((2, 7, 7, 3)) * 2).astype(np.float32)   # ties, zeros
+    program = compiled_and_lowered(module, [x, rng.standard_normal(
+        [int(d) for d in source.split(",")]).astype(np.float32)])
+    loops = [s for s in program.steps if isinstance(s, LoopKernel)]
+    assert len(loops) == (1 if fused else 2), [loop.fused for loop in loops]
+    assert any(b.name == "pool_grad" for b in program.buffers) != fused

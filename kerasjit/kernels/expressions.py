@@ -376,17 +376,22 @@ def _rng(lw, inst, index, which):
     return Op(bits_shape.dtype, "bitcast-convert", (bits,)) if bits_shape.dtype == "s64" else bits
 
 
+def disjoint_windows(inst):
+    """Whether the windows of select-and-scatter `inst` do not overlap (pooling
+    with stride >= size, Keras's default). Then each position lies in at most
+    one window, and its window and its offset there follow from the position
+    alone, where overlapping windows need a search over every window that
+    might contain it (4x the work for a 2x2 pool): an elementwise-like value."""
+    return all(w.stride >= w.size and w.pad_lo >= 0 and w.lhs_dilate == w.rhs_dilate == 1
+               for w in inst.attrs["window"])
+
+
 def _select_and_scatter(lw, inst, index):
     operand, source, init = inst.operands
     window = inst.attrs["window"]
     sizes = [w.size for w in window]
     out_dims = source.shape.dims
-    # Windows that do not overlap (pooling with stride >= size, Keras's
-    # default) hold each position at most once: its window and its offset in
-    # it follow from the position alone, where overlapping ones need a search
-    # over every window that might contain it (4x the work for a 2x2 pool).
-    disjoint = all(w.stride >= w.size and w.pad_lo >= 0 and w.lhs_dilate == w.rhs_dilate == 1
-                   for w in window)
+    disjoint = disjoint_windows(inst)
     starts, offsets, covers = [], [], None
     outer = None if disjoint else lw.key(inst)
     for d, (i, w) in enumerate(zip(index, window)):

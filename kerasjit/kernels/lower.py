@@ -12,7 +12,8 @@ updates come between them in post-order).
 from ..hlo.opcodes import BROADCAST, ELEMENTWISE, OPAQUE, REDUCE
 from .aliasing import alias_donated
 from .conv_gemm import conv_as_gemm
-from .expressions import EXPRESSIONS, Unsupported, elementwise, op_of, scatter_update
+from .expressions import (EXPRESSIONS, Unsupported, disjoint_windows, elementwise, op_of,
+                          scatter_update)
 from .ir import (S64, Buffer, Const, GemmCall, Index, KernelProgram, Load, LoopKernel,
                  ScatterKernel, Var, walk)
 from .storage import assign_storage, writes
@@ -72,8 +73,7 @@ class _Lowering:
             return None           # virtual: their get-tuple-elements are the values
         if inst.opcode == "get-tuple-element" and inst.operands[0].opcode != "rng-bit-generator":
             return "result of a multi-output reduction"
-        kind = inst.kind
-        if kind in (REDUCE, OPAQUE):
+        if self._is_reduction(inst):
             return f"{inst.opcode} is a kernel root (its operands fuse into it)"
         users = self.users[inst]
         if inst.shape.rank == 0:
@@ -232,7 +232,12 @@ class _Lowering:
 
     @staticmethod
     def _is_reduction(inst):
+        """Whether `inst` roots a kernel of its own: a reduction or an opaque op,
+        but not a pooling gradient over disjoint windows (elementwise-like: it
+        fuses into its consumer, the activation's gradient) nor random bits."""
         source = inst.operands[0] if inst.opcode == "get-tuple-element" else inst
+        if source.opcode == "select-and-scatter":
+            return not disjoint_windows(source)
         return source.kind in (REDUCE, OPAQUE) and source.opcode != "rng-bit-generator"
 
     def _load_or_expr(self, inst, index):
