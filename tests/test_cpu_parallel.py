@@ -94,3 +94,18 @@ def test_a_large_kernel_beside_a_small_matmul_is_split(backend):
     got, want = executable(list(args)), evaluate(module, list(args))
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_beside_convolutions_every_sgemm_runs_alone_and_the_rest_is_split(backend):
+    # The convolution (an implicit GEMM, ~16M multiply-adds) outweighs the matmul
+    # (~8M, which OpenBLAS would thread): the matmul runs on the calling thread,
+    # so the convolution and the tanh loop take both cores.
+    args = (rand(8, 34, 34, 32), rand(3, 3, 32, 64), rand(128, 256), rand(256, 256),
+            rand(512, 512))
+    module = bridge(lambda x, w, a, b, t: (tf.nn.conv2d(x, w, 1, "VALID"), tf.matmul(a, b),
+                                           tf.tanh(t)), *args)
+    executable = backend.compile(module)
+    assert len(split_kernels(executable)) == 2
+    got, want = executable(list(args)), evaluate(module, list(args))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)

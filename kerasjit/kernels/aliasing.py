@@ -8,8 +8,8 @@ writes, and no later step reads the parameter. The store moves last in its
 kernel, so the kernel's other stores still read the old value at that
 element. Saves allocating and touching a fresh array per variable per step.
 """
-from .ir import (ChunkLoop, Const, GemmCall, Index, Load, LoopKernel, ScatterKernel, rename_buffer,
-                 walk)
+from .ir import (ChunkLoop, Const, GemmCall, ImplicitGemm, Index, Load, LoopKernel, ScatterKernel,
+                 rename_buffer, walk)
 from .storage import touched
 
 
@@ -58,7 +58,7 @@ def _rename(steps, old, new, memo):
     for step in steps:
         if isinstance(step, ChunkLoop):
             _rename(step.steps, old, new, memo)
-        elif isinstance(step, GemmCall):
+        elif isinstance(step, (GemmCall, ImplicitGemm)):
             step.out, step.lhs, step.rhs = (new if b == old else b
                                             for b in (step.out, step.lhs, step.rhs))
         else:

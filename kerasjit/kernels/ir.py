@@ -157,6 +157,38 @@ class GemmCall:
 
 
 @dataclass
+class ImplicitGemm:
+    """C[row, j] = sum over k of A[a(row, k)] * B[b(k) + j], j < n, f32: a
+    convolution or its filter gradient read straight from its operands,
+    without the patch matrix of conv_gemm.py (a backend that has this step).
+
+    Rows run over the `outer` levels and, innermost, the `rows` level: each a
+    (extent, stride in A, stride in C). The contraction runs over the `depth`
+    levels, outermost first: each (extent, stride in A, stride in B). So
+    a(row, k) = sum of index * A-stride over the row's and k's levels, and a
+    row of C starts at the sum of index * C-stride. A row of C and of B holds
+    n contiguous features. `b_offset` is where B starts (a reversed window
+    walks the weights backwards)."""
+    name: str
+    out: int
+    lhs: int              # A
+    rhs: int              # B
+    n: int
+    outer: tuple
+    rows: tuple
+    depth: tuple
+    b_offset: int = 0
+
+    @property
+    def m(self):
+        return math.prod(e for e, _, _ in self.outer) * self.rows[0]
+
+    @property
+    def k(self):
+        return math.prod(e for e, _, _ in self.depth)
+
+
+@dataclass
 class ChunkLoop:
     """Run `steps` `count` times; they see the iteration as ChunkIndex.
 
@@ -170,7 +202,7 @@ class ChunkLoop:
 class KernelProgram:
     """What a backend compiles: buffers and the steps that fill them, in order."""
     buffers: list
-    steps: list           # LoopKernel | GemmCall | ChunkLoop
+    steps: list           # LoopKernel | GemmCall | ImplicitGemm | ChunkLoop
     params: list          # buffer id per entry parameter
     outputs: list         # buffer id per flat output
     decisions: list = field(default_factory=list)  # (producer, consumer, "fused" or reason)

@@ -12,6 +12,7 @@ updates come between them in post-order).
 from ..hlo.opcodes import BROADCAST, ELEMENTWISE, OPAQUE, REDUCE
 from .aliasing import alias_donated
 from .conv_gemm import conv_as_gemm
+from .conv_implicit import conv_as_implicit_gemm
 from .expressions import (EXPRESSIONS, Unsupported, disjoint_windows, elementwise, op_of,
                           scatter_update)
 from .ir import (S64, Buffer, Const, GemmCall, Index, KernelProgram, Load, LoopKernel,
@@ -39,15 +40,17 @@ def _is_tuple_producer(inst):
     return inst.shape.is_tuple and inst.opcode != "tuple"
 
 
-def lower(module, donate=None):
+def lower(module, donate=None, implicit_gemm=False):
     """The KernelProgram of `module`; donate: {parameter index: output index} pairs
-    the caller lets share memory (aliasing.py)."""
-    return assign_storage(alias_donated(_Lowering(module).run(), donate))
+    the caller lets share memory (aliasing.py); implicit_gemm: the backend runs
+    ImplicitGemm steps, which convolutions then become (else patches + GEMM)."""
+    return assign_storage(alias_donated(_Lowering(module, implicit_gemm).run(), donate))
 
 
 class _Lowering:
-    def __init__(self, module):
+    def __init__(self, module, implicit_gemm=False):
         self.comp = module.entry
+        self.implicit_gemm = implicit_gemm
         self.order = self.comp.post_order()
         self.users = {i: [] for i in self.order}
         for inst in self.order:
@@ -140,7 +143,9 @@ class _Lowering:
         return buf.id
 
     def _emit(self, inst, role):
-        if inst.opcode == "convolution" and conv_as_gemm(self, inst, role):
+        if inst.opcode == "convolution" and (
+                self.implicit_gemm and conv_as_implicit_gemm(self, inst, role)
+                or conv_as_gemm(self, inst, role)):
             return
         if inst.opcode == "scatter":
             self._scatter(inst, role)

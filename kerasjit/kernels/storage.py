@@ -6,14 +6,14 @@ slices use stays live across all of them). Greedy first-fit over the
 temporaries in order of first write, reusing a freed slot before opening a
 new one; a reused slot grows to its largest tenant.
 """
-from .ir import ChunkLoop, GemmCall, Load, walk
+from .ir import ChunkLoop, GemmCall, ImplicitGemm, Load, walk
 
 
 def writes(step):
     """Buffer ids a step writes."""
     if isinstance(step, ChunkLoop):
         return set().union(*map(writes, step.steps))
-    if isinstance(step, GemmCall):
+    if isinstance(step, (GemmCall, ImplicitGemm)):
         return {step.out}
     return {bid for bid, _ in step.stores}
 
@@ -22,7 +22,7 @@ def touched(step):
     """Buffer ids a step reads or writes."""
     if isinstance(step, ChunkLoop):
         return set().union(*map(touched, step.steps))
-    if isinstance(step, GemmCall):
+    if isinstance(step, (GemmCall, ImplicitGemm)):
         return {step.lhs, step.rhs, step.out}
     return writes(step) | {node.buffer for _, expr in step.stores for node in walk(expr)
                            if isinstance(node, Load)}

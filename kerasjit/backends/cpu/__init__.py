@@ -57,7 +57,7 @@ class CpuBackend:
         record = cache.load(key)
         if record is None:
             optimize_as_configured(module)
-            program = lower(module, donate)
+            program = lower(module, donate, implicit_gemm=True)
             name = f"cluster_{key[:16]}"
             llvm_module, kernels, counters = render_program(
                 program, name, blas_threads_local, engine.vector_lanes(), engine.is_x86(), timed)

@@ -10,10 +10,10 @@ several threads (parallel.py).
 """
 from llvmlite import ir
 
-from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, Index, Load, Op, Reduce,
-                           ReduceVar, ScatterKernel, Var, leaf_steps, walk)
-from . import narrow_gemm, parallel
-from .blas import SGEMM_SYMBOL, SINGLE_THREAD_MNK, THREADS_LOCAL_SYMBOL
+from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, ImplicitGemm, Index, Load,
+                           Op, Reduce, ReduceVar, ScatterKernel, Var, leaf_steps, walk)
+from . import implicit_gemm, narrow_gemm, parallel
+from .blas import SGEMM_SYMBOL, THREADS_LOCAL_SYMBOL
 from .llvm_types import I64, PTR, counted_loop, memory_type, register_type
 from .ops import OpEmitter
 from .profile import Counters
@@ -205,10 +205,10 @@ def _buffer_pointer(b, table, bid):
     return b.load(b.gep(table, [ir.Constant(I64, bid)], inbounds=True, source_etype=PTR), typ=PTR)
 
 
-def _gemm(b, sgemm, call, table, chunk, threads_local=None):
-    """sgemm on row-major data (GemmCall.column_major). A small one runs on
-    this thread alone when `threads_local` (OpenBLAS's per-thread setter) is
-    given (blas.SINGLE_THREAD_MNK)."""
+def _gemm(b, sgemm, call, table, chunk, threads_local=None, alone_below=0):
+    """sgemm on row-major data (GemmCall.column_major). One of fewer than
+    `alone_below` multiply-adds runs on this thread alone, by `threads_local`
+    (OpenBLAS's per-thread setter; parallel.gemms_alone_below)."""
     i32, f32, i8 = ir.IntType(32), ir.FloatType(), ir.IntType(8)
 
     def by_reference(ty, value):      # Fortran BLAS takes every argument by pointer
@@ -232,7 +232,7 @@ def _gemm(b, sgemm, call, table, chunk, threads_local=None):
     if call.accumulate:               # the first chunk overwrites, later ones add
         b.store(b.select(b.icmp_signed("==", chunk, ir.Constant(I64, 0)),
                          ir.Constant(f32, 0.0), ir.Constant(f32, 1.0)), beta)
-    alone = threads_local is not None and m * n * k < SINGLE_THREAD_MNK
+    alone = threads_local is not None and m * n * k < alone_below
     if alone:
         previous = b.call(threads_local, [ir.Constant(i32, 1)])
     b.call(sgemm, [
@@ -286,7 +286,8 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
     i32 = ir.IntType(32)
     threads_local = ir.Function(module, ir.FunctionType(i32, [i32]), THREADS_LOCAL_SYMBOL) \
         if blas_threads_local else None
-    may_split = parallel.cores_free(program.steps, blas_threads_local)
+    alone_below = parallel.gemms_alone_below(program.steps, blas_threads_local)
+    may_split = parallel.cores_free(program.steps, alone_below)
     kernels = []
     counters = Counters(module, name, list(leaf_steps(program.steps))) if timed else None
 
@@ -306,7 +307,20 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
             eb.call(fn, [_buffer_pointer(eb, table, bid) for bid in (step.out, a, b)])
             kernels.append((fn.name, str(fn)))
         elif isinstance(step, GemmCall):
-            _gemm(eb, sgemm, step, table, chunk, threads_local)
+            _gemm(eb, sgemm, step, table, chunk, threads_local, alone_below)
+        elif isinstance(step, ImplicitGemm):
+            fn, blocks_total = implicit_gemm.emit(module, step, f"{name}_k{len(module.functions)}",
+                                                  lanes)
+
+            def load_operands(b, table, step=step):
+                return [_buffer_pointer(b, table, bid) for bid in (step.out, step.lhs, step.rhs)]
+            if may_split and implicit_gemm.worth_splitting(step, blocks_total):
+                task = parallel.call_split(eb, fn, load_operands, table, chunk, blocks_total)
+                kernels.append((fn.name, f"{fn}\n{task}"))
+            else:
+                eb.call(fn, load_operands(eb, table) + [chunk, ir.Constant(I64, 0),
+                                                        ir.Constant(I64, blocks_total)])
+                kernels.append((fn.name, str(fn)))
         else:
             buffers = kernel_buffers(step)
             split = may_split and parallel.worth_splitting(step, outer_dims(step))

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from .blas import SINGLE_THREAD_MNK
-from .llvm_types import I1, I32, I64, PTR, counted_loop
+from .llvm_types import I64, PTR, counted_loop
+from .vector_code import VectorCode, blocks
 
-F32 = ir.FloatType()
 NARROW = 16         # the widest N (or M) these kernels take
 _FORM_ORDER = ("columns", "rows")   # "rows" idles the lanes past N
 
@@ -78,110 +78,13 @@ def plan(call):
     return min(options, key=lambda g: _FORM_ORDER.index(g.form)) if options else None
 
 
-def _declare(module, name, result, args):
-    """An intrinsic's declaration, once per module."""
-    if name in module.globals:
-        return module.globals[name]
-    return ir.Function(module, ir.FunctionType(result, args), name)
-
-
-def _blocks(total, size):
-    """(start, count) of consecutive blocks of `size` covering `total`; the last may be short."""
-    return [(s, min(size, total - s)) for s in range(0, total, size)]
-
-
-class _Emitter:
+class _Emitter(VectorCode):
     """Builds `void name(ptr c, ptr a, ptr b)` for one NarrowGemm."""
 
     def __init__(self, module, gemm, name, lanes):
-        self.g, self.lanes = gemm, lanes
-        self.vec = ir.VectorType(F32, lanes)
-        self.acc_budget = 24 if lanes >= 16 else 12   # of the 32 (16) vector registers
-        self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * 3), name)
-        self.fn.linkage = "internal"
-        self.fn.attributes.add("noinline")      # (as loop kernels: codegen.py)
-        for arg in self.fn.args:
-            arg.add_attribute("noalias")
+        super().__init__(module, name, [PTR] * 3, lanes)
+        self.g = gemm
         self.c_ptr, self.a_ptr, self.b_ptr = self.fn.args
-        entry = self.fn.append_basic_block("entry")
-        self.b = ir.IRBuilder(entry)
-        self.alloca_block = entry
-        self.mask_type = ir.VectorType(I1, lanes)
-        suffix = f"v{lanes}f32"
-        self.fma = _declare(module, f"llvm.fma.{suffix}", self.vec, [self.vec] * 3)
-        self.masked_load = _declare(module, f"llvm.masked.load.{suffix}.p0", self.vec,
-                                    [PTR, I32, self.mask_type, self.vec])
-        self.masked_store = _declare(module, f"llvm.masked.store.{suffix}.p0", ir.VoidType(),
-                                     [self.vec, PTR, I32, self.mask_type])
-        self.scatter = _declare(module, f"llvm.masked.scatter.{suffix}.v{lanes}p0", ir.VoidType(),
-                                [self.vec, ir.VectorType(PTR, lanes), I32, self.mask_type])
-
-    # ------------------------------------------------------------- helpers
-    def _offset(self, *terms):
-        """sum of (value, python int) products plus python ints, as an i64."""
-        b, total = self.b, ir.Constant(I64, 0)
-        for term in terms:
-            if isinstance(term, tuple):
-                value, scale = term
-                if scale:
-                    total = b.add(total, b.mul(value, ir.Constant(I64, scale)))
-            elif term:
-                total = b.add(total, ir.Constant(I64, term))
-        return total
-
-    def _at(self, pointer, offset):
-        return self.b.gep(pointer, [offset], inbounds=True, source_etype=F32)
-
-    def _mask(self, count):
-        return ir.Constant(self.mask_type, [ir.Constant(I1, int(i < count))
-                                            for i in range(self.lanes)])
-
-    def load_vector(self, pointer, offset, count):
-        """`count` floats from pointer[offset], zeros in the lanes past them."""
-        where = self._at(pointer, offset)
-        if count == self.lanes:
-            return self.b.load(where, typ=self.vec, align=4)
-        return self.b.call(self.masked_load, [where, ir.Constant(I32, 4), self._mask(count),
-                                              ir.Constant(self.vec, None)])
-
-    def store_vector(self, pointer, offset, stride, vector, count):
-        """The first `count` lanes to pointer[offset + lane * stride]."""
-        b = self.b
-        if stride == 1 and count == self.lanes:
-            b.store(vector, self._at(pointer, offset), align=4)
-        elif stride == 1:
-            b.call(self.masked_store, [vector, self._at(pointer, offset), ir.Constant(I32, 4),
-                                       self._mask(count)])
-        else:       # one scatter (a lane per store would be code LLVM spends long on)
-            base = b.ptrtoint(self._at(pointer, offset), I64)
-            byte_offsets = ir.Constant(ir.VectorType(I64, self.lanes),
-                                       [4 * stride * lane for lane in range(self.lanes)])
-            where = b.inttoptr(b.add(self.broadcast(base, I64), byte_offsets),
-                               ir.VectorType(PTR, self.lanes))
-            b.call(self.scatter, [vector, where, ir.Constant(I32, 4), self._mask(count)])
-
-    def load_scalar(self, pointer, offset):
-        return self.b.load(self._at(pointer, offset), typ=F32)
-
-    def broadcast(self, scalar, element=F32):
-        b, vec = self.b, ir.VectorType(element, self.lanes)
-        one = b.insert_element(ir.Constant(vec, ir.Undefined), scalar, ir.Constant(I32, 0))
-        return b.shuffle_vector(one, ir.Constant(vec, ir.Undefined),
-                                ir.Constant(ir.VectorType(I32, self.lanes), [0] * self.lanes))
-
-    def accumulators(self, count):
-        """Zeroed vector accumulators (allocas LLVM keeps in registers)."""
-        b = self.b
-        with b.goto_block(self.alloca_block):
-            b.position_at_start(self.alloca_block)
-            slots = [b.alloca(self.vec) for _ in range(count)]
-        for slot in slots:
-            b.store(ir.Constant(self.vec, None), slot)
-        return slots
-
-    def fma_into(self, slot, x, y):
-        b = self.b
-        b.store(b.call(self.fma, [x, y, b.load(slot, typ=self.vec)]), slot)
 
     def row_loop(self, total, size, body):
         """body(first row: i64, rows) over blocks of `size` rows: a loop over
@@ -201,7 +104,7 @@ class _Emitter:
 
     def _rows(self):
         g, lanes = self.g, self.lanes
-        pieces = _blocks(g.n, lanes)
+        pieces = blocks(g.n, lanes)
         rows = max(1, self.acc_budget // len(pieces))
 
         def block(i0, count):
@@ -226,11 +129,11 @@ class _Emitter:
 
     def _columns(self):
         g, lanes = self.g, self.lanes
-        for j0, width in _blocks(g.n, min(g.n, self.acc_budget)):
+        for j0, width in blocks(g.n, min(g.n, self.acc_budget)):
             vectors = max(1, self.acc_budget // width)
 
             def block(i0, count, j0=j0, width=width):
-                pieces = _blocks(count, lanes)           # (first row, rows) per vector
+                pieces = blocks(count, lanes)           # (first row, rows) per vector
                 accs = self.accumulators(len(pieces) * width)
 
                 def step(k):

@@ -27,8 +27,8 @@ import os
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ...kernels.ir import (ChunkLoop, GemmCall, Index, Op, Reduce, ReduceVar, ScatterKernel,
-                           children, walk)
+from ...kernels.ir import (GemmCall, ImplicitGemm, Index, Op, Reduce, ReduceVar, ScatterKernel,
+                           children, leaf_steps, walk)
 from . import narrow_gemm
 from .blas import SINGLE_THREAD_MNK
 from .llvm_types import I1, I32, I64, PTR
@@ -82,14 +82,27 @@ def set_threads(n):
     _threads.value = max(1, int(n))
 
 
-def cores_free(steps, small_gemms_alone=False):
-    """False for a program whose sgemm calls leave OpenBLAS's threads spinning
-    (with small_gemms_alone, those below blas.SINGLE_THREAD_MNK run unthreaded;
-    narrow GEMMs are generated code, no sgemm at all)."""
-    threaded = SINGLE_THREAD_MNK if small_gemms_alone else BLAS_THREADED_MNK
-    for step in steps:
-        if isinstance(step, ChunkLoop) and not cores_free(step.steps, small_gemms_alone):
-            return False
+def gemms_alone_below(steps, blas_threads_local):
+    """Multiply-adds below which an sgemm of this program runs on the calling
+    thread alone (0: the BLAS lets us say no such thing). Normally
+    blas.SINGLE_THREAD_MNK; but where implicit GEMMs (convolutions) do at
+    least as much work as the sgemm calls, every sgemm runs alone: then no
+    OpenBLAS thread spins, and the convolutions and loops have the cores."""
+    if not blas_threads_local:
+        return 0
+    work = {GemmCall: 0, ImplicitGemm: 0}
+    for step in leaf_steps(steps):
+        if type(step) in work:
+            work[type(step)] += step.m * step.n * step.k
+    return math.inf if work[ImplicitGemm] >= work[GemmCall] > 0 else SINGLE_THREAD_MNK
+
+
+def cores_free(steps, alone_below=0):
+    """False for a program whose sgemm calls leave OpenBLAS's threads spinning:
+    those of BLAS_THREADED_MNK multiply-adds or more, except those below
+    `alone_below`, which run unthreaded (narrow GEMMs are no sgemm at all)."""
+    threaded = max(alone_below, BLAS_THREADED_MNK)
+    for step in leaf_steps(steps):
         if isinstance(step, GemmCall) and step.m * step.n * step.k >= threaded \
                 and not narrow_gemm.plan(step):
             return False

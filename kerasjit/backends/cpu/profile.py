@@ -13,7 +13,7 @@ import time
 
 from llvmlite import ir
 
-from ...kernels.ir import GemmCall
+from ...kernels.ir import GemmCall, ImplicitGemm
 from . import narrow_gemm
 from .llvm_types import I64, PTR
 
@@ -62,6 +62,8 @@ def _label(step):
     if isinstance(step, GemmCall):
         kind = "narrow GEMM" if narrow_gemm.plan(step) else "sgemm"
         return f"{step.name} ({kind} {step.m}x{step.n}x{step.k})"
+    if isinstance(step, ImplicitGemm):
+        return f"{step.name} (implicit GEMM {step.m}x{step.n}x{step.k})"
     return f"{step.name} ({'x'.join(map(str, step.dims))})"
 
 

@@ -1,0 +1,163 @@
+"""ImplicitGemm steps (convolutions without a patch matrix) as generated vector code.
+
+A block of output rows by up to four vectors of features stays in vector
+registers (24 of AVX-512's 32) while the contraction streams through the
+operands: per step, the weights' row of features as vectors and one
+broadcast operand element per output row, then an FMA for each pair. The
+operand is read where it lies (ImplicitGemm's strides), so nothing is
+written but the output.
+
+`void name(ptr c, ptr a, ptr b, i64 chunk, i64 lo, i64 hi)` runs the row
+blocks [lo, hi) of the flattened (feature block, outer rows, row block)
+space, so parallel.call_split can hand each thread a share. A long
+contraction (a filter gradient's, over batch and image) is cut into slices
+whose part of B fits in L2; every block of a thread takes one slice before
+the next (partial sums go to C and come back), so B streams from memory
+once per thread instead of once per block.
+"""
+import math
+
+from llvmlite import ir
+
+from .llvm_types import I64, PTR, counted_loop
+from .parallel import run_time_loop
+from .vector_code import VectorCode, blocks
+
+MAX_PIECES = 4                  # feature vectors per block
+SLICE_BYTES = 256 << 10         # B's part per contraction slice (L2 is 2 MB here)
+# Multiply-adds from which a second thread pays (starting one costs 30-60 us).
+SPLIT_WORK = 1 << 22
+
+
+class Blocking:
+    """How an ImplicitGemm is cut: feature blocks, rows per block, slices."""
+
+    def __init__(self, step, lanes, acc_budget):
+        width = min(step.n, MAX_PIECES * lanes)
+        self.feature_blocks = blocks(step.n, width)
+        self.rows = max(1, acc_budget // math.ceil(width / lanes))
+        self.full, self.rest = divmod(step.rows[0], self.rows)
+        self.per_outer = self.full + (self.rest > 0)
+        self.outer_total = math.prod(e for e, _, _ in step.outer)
+        self.total = len(self.feature_blocks) * self.outer_total * self.per_outer
+        first = step.depth[0][0]
+        per_first = max(1, SLICE_BYTES // (step.k // first * width * 4))
+        self.slice = min(first, per_first)
+        self.slices = math.ceil(first / self.slice)
+
+
+class _Emitter(VectorCode):
+    def __init__(self, module, step, name, lanes):
+        super().__init__(module, name, [PTR] * 3 + [I64] * 3, lanes)
+        self.s = step
+        self.c_ptr, self.a_ptr, self.b_ptr, _, self.lo, self.hi = self.fn.args
+        self.plan = Blocking(step, lanes, self.acc_budget)
+
+    def const(self, value):
+        return ir.Constant(I64, value)
+
+    def emit(self):
+        plan, b = self.plan, self.b
+        if plan.slices > 1:
+            counted_loop(b, self.fn, plan.slices, self._blocks)
+        else:
+            self._blocks(None)
+        b.ret_void()
+        return self.fn
+
+    def _blocks(self, part):
+        """This thread's blocks for contraction slice `part` (None: the whole)."""
+        plan, b = self.plan, self.b
+
+        def block(index):
+            rb = b.urem(index, self.const(plan.per_outer))
+            rest = b.udiv(index, self.const(plan.per_outer))
+            outer = b.urem(rest, self.const(plan.outer_total))
+            fb = b.udiv(rest, self.const(plan.outer_total))
+            at = []                                    # the outer levels' indices
+            for extent, _, _ in reversed(self.s.outer):
+                at.append(b.urem(outer, self.const(extent)))
+                outer = b.udiv(outer, self.const(extent))
+            at.reverse()
+            for f in range(len(plan.feature_blocks)):
+                with b.if_then(b.icmp_unsigned("==", fb, self.const(f))):
+                    if plan.rest and plan.full:
+                        with b.if_else(b.icmp_unsigned("<", rb, self.const(plan.full))) \
+                                as (whole, short):
+                            with whole:
+                                self._body(f, plan.rows, part, at, rb)
+                            with short:
+                                self._body(f, plan.rest, part, at, rb)
+                    else:
+                        self._body(f, plan.rows if plan.full else plan.rest, part, at, rb)
+        run_time_loop(b, self.fn, self.lo, self.hi, block)
+
+    def _body(self, f, count, part, at, rb):
+        """One block: `count` rows from row block `rb` by feature block `f`."""
+        s, plan, b = self.s, self.plan, self.b
+        j0, width = plan.feature_blocks[f]
+        pieces = blocks(width, self.lanes)
+        row0 = b.mul(rb, self.const(plan.rows))
+        _, a_row, c_row = s.rows
+        a_base = self._offset(*[(i, a) for i, (_, a, _) in zip(at, s.outer)], (row0, a_row))
+        c_base = self._offset(*[(i, c) for i, (_, _, c) in zip(at, s.outer)], (row0, c_row), j0)
+        accs = self.accumulators(count * len(pieces))
+        if part is not None:      # later slices add to what the earlier ones left in C
+            later = b.icmp_unsigned("!=", part, self.const(0))
+            for r in range(count):
+                for p, (p0, pw) in enumerate(pieces):
+                    kept = self.load_vector(self.c_ptr, self._offset(c_base, r * c_row + p0), pw)
+                    b.store(b.select(later, kept, ir.Constant(self.vec, None)),
+                            accs[r * len(pieces) + p])
+
+        def step(k):
+            a_off = self._offset(a_base, *[(i, a) for i, (_, a, _) in zip(k, s.depth)])
+            b_off = self._offset(*[(i, bs) for i, (_, _, bs) in zip(k, s.depth)],
+                                 s.b_offset + j0)
+            vectors = [self.load_vector(self.b_ptr, self._offset(b_off, p0), pw)
+                       for p0, pw in pieces]
+            for r in range(count):
+                x = self.broadcast(self.load_scalar(self.a_ptr, self._offset(a_off, r * a_row)))
+                for p, v in enumerate(vectors):
+                    self.fma_into(accs[r * len(pieces) + p], x, v)
+        self._depth(0, [], part, step)
+        for r in range(count):
+            for p, (p0, pw) in enumerate(pieces):
+                vector = b.load(accs[r * len(pieces) + p], typ=self.vec)
+                self.store_vector(self.c_ptr, self._offset(c_base, r * c_row + p0), 1, vector, pw)
+
+    def _depth(self, level, prefix, part, step):
+        """The contraction's loops, outermost first; the first runs over slice `part`."""
+        if level == len(self.s.depth):
+            step(prefix)
+            return
+        extent = self.s.depth[level][0]
+
+        def inner(i):
+            self._depth(level + 1, prefix + [i], part, step)
+        if level == 0 and part is not None:
+            plan, b = self.plan, self.b
+            lo = b.mul(part, self.const(plan.slice))
+            hi = b.add(lo, self.const(plan.slice))
+            hi = b.select(b.icmp_signed("<", hi, self.const(extent)), hi, self.const(extent))
+            run_time_loop(b, self.fn, lo, hi, inner)
+        else:
+            counted_loop(self.b, self.fn, extent, inner)
+
+    def _offset(self, *terms):
+        """As VectorCode's, and an i64 value alone is a term too."""
+        values = [t for t in terms if isinstance(t, ir.Value)]
+        total = super()._offset(*[t for t in terms if not isinstance(t, ir.Value)])
+        for v in values:
+            total = self.b.add(total, v)
+        return total
+
+
+def emit(module, step, name, lanes):
+    """The function computing ImplicitGemm `step`, and its count of row blocks."""
+    emitter = _Emitter(module, step, name, lanes)
+    return emitter.emit(), emitter.plan.total
+
+
+def worth_splitting(step, blocks_total):
+    return blocks_total > 1 and step.m * step.n * step.k >= SPLIT_WORK

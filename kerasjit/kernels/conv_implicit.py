@@ -1,0 +1,126 @@
+"""Convolution as an implicit GEMM: read straight from the operand, no patch matrix.
+
+out[b, o, f] = sum over window offsets w and input features i of
+lhs[b, o * stride + w * dilation, i] * rhs[w, i, f] (lhs padded) is a GEMM
+whose rows are the output positions (b, o) and whose contraction runs over
+(w, i), and every operand element lies at a fixed stride from its neighbour
+along each of those: an ImplicitGemm lists the strides and a backend
+computes the product reading the operand where it lies. The forward
+convolution and the input gradient (the padded output gradient with the
+weights reversed) take output pixels as rows; the filter gradient (a
+convolution whose 'batch' is the input's features and whose 'feature' is
+the batch) takes input features as rows and contracts over batch and image.
+Padding is made explicit in a padded copy of the operand first.
+
+Where conv_gemm.py writes a patch matrix (each input element copied once
+per window position that covers it: 9x for a 3x3 window) and multiplies it
+with sgemm, this writes nothing but the output.
+"""
+from . import indexing as ix
+from .conv_gemm import parse_dim_labels
+from .ir import S64, Const, ImplicitGemm, Index, Load, LoopKernel, Op
+
+
+def _strides(dims):
+    out, step = [], 1
+    for d in reversed(dims):
+        out.append(step)
+        step *= d
+    return out[::-1]
+
+
+def _merged(levels):
+    """Levels (extent, stride, stride), outermost first, with extent-1 levels
+    dropped and each level that steps exactly over the next one's whole range
+    (in both memories) merged into it: fewer, longer loops."""
+    out = []
+    for level in (lv for lv in levels if lv[0] != 1):
+        if out and out[-1][1] == level[0] * level[1] and out[-1][2] == level[0] * level[2]:
+            outer = out.pop()
+            level = (outer[0] * level[0], level[1], level[2])
+        out.append(level)
+    return out
+
+
+def _padded(lw, inst, lhs, lhs_l, window):
+    """lhs with the window's padding as explicit zeros (its own buffer), and its dims."""
+    lhs_id = lw.materialized(lhs)
+    if not any(w.pad_lo or w.pad_hi for w in window):
+        return lhs_id, lhs.shape.dims
+    dims = list(lhs.shape.dims)
+    for d, w in enumerate(window):
+        dims[lhs_l[d]] += w.pad_lo + w.pad_hi
+    index = [Index(S64, i) for i in range(len(dims))]
+    source, valid = list(index), None
+    for d, w in enumerate(window):
+        axis = lhs_l[d]
+        at = ix.sub(index[axis], ix.c64(w.pad_lo))
+        valid = ix.both(valid, ix.both(ix.compare(at, ix.c64(0), "GE"),
+                                       ix.compare(at, ix.c64(lhs.shape.dims[axis] - 1), "LE")))
+        source[axis] = ix.clamp(at, 0, lhs.shape.dims[axis] - 1)
+    padded_id = lw.temp("f32", dims, f"{inst.name}.padded")
+    value = Op("f32", "select", (valid, Load("f32", lhs_id, tuple(source)), Const("f32", 0.0)))
+    lw.steps.append(LoopKernel(f"pad_{inst.name}", tuple(dims), [(padded_id, value)],
+                               [f"{inst.name}.padded"]))
+    return padded_id, tuple(dims)
+
+
+def _weights(lw, inst, rhs, rhs_l):
+    """The weights' buffer with output features innermost (a copy laid out
+    [window..., i, o] where they are not: the input gradient's), its dims and labels."""
+    spatial = len(rhs_l) - 2
+    if rhs_l["o"] == spatial + 1:
+        return lw.materialized(rhs), rhs.shape.dims, rhs_l
+    order = [*range(spatial), "i", "o"]
+    dims = tuple(rhs.shape.dims[rhs_l[x]] for x in order)
+    index = [Index(S64, d) for d in range(spatial + 2)]
+    source = [None] * (spatial + 2)
+    for i, label in zip(index, order):
+        source[rhs_l[label]] = i
+    weights_id = lw.temp("f32", dims, f"{inst.name}.weights")
+    lw.steps.append(LoopKernel(f"weights_{inst.name}", dims, [(weights_id, Load(
+        "f32", lw.materialized(rhs), tuple(source)))], [f"{inst.name}.weights"]))
+    return weights_id, dims, {label: d for d, label in enumerate(order)}
+
+
+def conv_as_implicit_gemm(lw, inst, role):
+    """Lower f32 convolution `inst` to an ImplicitGemm (after a padded copy of its
+    operand where it pads); False where not applicable: feature or batch
+    groups, input dilation, or output features not innermost."""
+    a = inst.attrs
+    lhs, rhs = inst.operands
+    window = a["window"]
+    if any(x.shape.dtype != "f32" for x in (inst, lhs, rhs)) \
+            or a.get("feature_group_count", 1) != 1 or a.get("batch_group_count", 1) != 1 \
+            or any(w.lhs_dilate != 1 for w in window) or 0 in inst.shape.dims \
+            or 0 in lhs.shape.dims or 0 in rhs.shape.dims:
+        return False
+    lhs_l, rhs_l, out_l = parse_dim_labels(a["dim_labels"])
+    spatial = len(window)
+    if out_l["f"] != spatial + 1:
+        return False
+    rhs_id, rhs_dims, rhs_l = _weights(lw, inst, rhs, rhs_l)
+    lhs_id, lhs_dims = _padded(lw, inst, lhs, lhs_l, window)
+    s_a, s_b, s_c = _strides(lhs_dims), _strides(rhs_dims), _strides(inst.shape.dims)
+    out_dims = inst.shape.dims
+    # Output rows: (extent, A stride, C stride) per output position label, in the
+    # output's memory order; the innermost becomes the blocked `rows` level.
+    positions = [(out_dims[out_l["b"]], s_a[lhs_l["b"]], s_c[out_l["b"]])] + [
+        (out_dims[out_l[d]], window[d].stride * s_a[lhs_l[d]], s_c[out_l[d]])
+        for d in range(spatial)]
+    positions = _merged(sorted(positions, key=lambda lv: -lv[2])) or [(1, 0, 0)]
+    # The contraction: window offsets (walking the weights backwards where the
+    # window is reversed) and input features, outermost = largest weight stride.
+    depth, b_offset = [], 0
+    for d, w in enumerate(window):
+        step = s_b[rhs_l[d]]
+        if w.rhs_reversal:
+            b_offset += (w.size - 1) * step
+            step = -step
+        depth.append((w.size, w.rhs_dilate * s_a[lhs_l[d]], step))
+    depth.append((rhs_dims[rhs_l["i"]], s_a[lhs_l["f"]], s_b[rhs_l["i"]]))
+    depth = _merged(sorted(depth, key=lambda lv: -abs(lv[2]))) or [(1, 0, 0)]
+    lw.steps.append(ImplicitGemm(
+        f"igemm_{inst.name}", lw.buffer_for(inst, role), lhs_id, rhs_id, out_dims[-1],
+        tuple(positions[:-1]), positions[-1], tuple(depth), b_offset))
+    return True

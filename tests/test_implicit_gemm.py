@@ -1,0 +1,74 @@
+"""Convolutions as implicit GEMMs (kernels/conv_implicit.py, backends/cpu/implicit_gemm.py).
+
+Every blocking the generated code has is exercised against the evaluator:
+features past one block of vectors (and a masked tail), output rows in full
+blocks and a short one, a contraction cut into slices, row blocks split over
+threads, windows that pad, stride, dilate and (in the input gradient) run
+reversed. Convolutions this form does not take still compile, as patches
+and sgemm.
+"""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kerasjit.backends.cpu import CpuBackend, implicit_gemm
+from kerasjit.kernels.ir import GemmCall, ImplicitGemm, leaf_steps
+from kerasjit.kernels.lower import lower
+from kerasjit.passes import optimize_as_configured
+
+from structured_cases import conv_and_grads, rand
+import test_cpu_backend
+from test_cpu_backend import bridge, check
+
+CASES = {
+    # 80 features: a block of four vectors and one of a single, masked one;
+    # 29 output columns: full blocks of rows and a short one.
+    "wide_features": (conv_and_grads(1, "VALID"), (rand(2, 6, 31, 5), rand(3, 3, 5, 80))),
+    "same_padding": (conv_and_grads(1, "SAME"), (rand(3, 9, 8, 6), rand(3, 3, 6, 16))),
+    "stride_2": (conv_and_grads(2, "SAME"), (rand(2, 11, 10, 3), rand(5, 5, 3, 7))),
+    "dilated": (conv_and_grads(1, "VALID", 2), (rand(1, 12, 11, 4), rand(3, 3, 4, 20))),
+    "conv1d": (lambda x, w: conv_and_grads(1, "SAME")(x[:, None], w[None]),
+               (rand(4, 17, 8), rand(5, 8, 12))),
+}
+
+
+def implicit_steps(fn, args):
+    module = bridge(fn, *args)
+    optimize_as_configured(module)
+    return [s for s in leaf_steps(lower(module, implicit_gemm=True).steps)
+            if isinstance(s, (ImplicitGemm, GemmCall))]
+
+
+def check_compiled(fn, args):
+    check(bridge(fn, *args), [np.asarray(a) for a in args], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_convolutions_and_gradients_as_implicit_gemms_match_evaluator(name):
+    fn, args = CASES[name]
+    steps = implicit_steps(fn, args)
+    # Forward and filter gradient always; the input gradient too unless the
+    # forward strides (its operand is then dilated: patches and sgemm).
+    assert sum(isinstance(s, ImplicitGemm) for s in steps) == (2 if name == "stride_2" else 3)
+    check_compiled(fn, args)
+
+
+@pytest.mark.parametrize("name", ["wide_features", "same_padding"])
+def test_sliced_contractions_and_threads_match_evaluator(name, monkeypatch):
+    # The code differs from what the same HLO compiled to before: no cache, in
+    # memory or on disk.
+    monkeypatch.setenv("KERASJIT_CACHE_DIR", "")
+    monkeypatch.setattr(test_cpu_backend, "BACKEND", CpuBackend())
+    monkeypatch.setattr(implicit_gemm, "SLICE_BYTES", 256)    # every contraction sliced
+    monkeypatch.setattr(implicit_gemm, "SPLIT_WORK", 0)       # every one split over threads
+    fn, args = CASES[name]
+    check_compiled(fn, args)
+
+
+def test_layouts_it_does_not_take_compile_as_patches_and_sgemm():
+    def channels_first(x, w):
+        return tf.nn.conv2d(x, w, 1, "SAME", data_format="NCHW")
+    x, w = rand(2, 3, 7, 7), rand(3, 3, 3, 4)
+    steps = implicit_steps(channels_first, (x, w))
+    assert steps and not any(isinstance(s, ImplicitGemm) for s in steps)
+    check_compiled(channels_first, (x, w))
