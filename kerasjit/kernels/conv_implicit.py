@@ -10,7 +10,8 @@ convolution and the input gradient (the padded output gradient with the
 weights reversed) take output pixels as rows; the filter gradient (a
 convolution whose 'batch' is the input's features and whose 'feature' is
 the batch) takes input features as rows and contracts over batch and image.
-Padding is made explicit in a padded copy of the operand first.
+Padding (and a strided convolution's input dilation, zeros between the
+output gradient's elements) is made explicit in a copy of the operand first.
 
 Where conv_gemm.py writes a patch matrix (each input element copied once
 per window position that covers it: 9x for a 3x3 window) and multiplies it
@@ -43,21 +44,27 @@ def _merged(levels):
 
 
 def _padded(lw, inst, lhs, lhs_l, window):
-    """lhs with the window's padding as explicit zeros (its own buffer), and its dims."""
+    """lhs with the window's padding and input dilation (zeros between elements:
+    a strided convolution's input gradient) made explicit in a buffer of its
+    own, and its dims."""
     lhs_id = lw.materialized(lhs)
-    if not any(w.pad_lo or w.pad_hi for w in window):
+    if not any(w.pad_lo or w.pad_hi or w.lhs_dilate > 1 for w in window):
         return lhs_id, lhs.shape.dims
     dims = list(lhs.shape.dims)
     for d, w in enumerate(window):
-        dims[lhs_l[d]] += w.pad_lo + w.pad_hi
+        dims[lhs_l[d]] = (dims[lhs_l[d]] - 1) * w.lhs_dilate + 1 + w.pad_lo + w.pad_hi
     index = [Index(S64, i) for i in range(len(dims))]
     source, valid = list(index), None
     for d, w in enumerate(window):
-        axis = lhs_l[d]
+        axis, size = lhs_l[d], lhs.shape.dims[lhs_l[d]]
         at = ix.sub(index[axis], ix.c64(w.pad_lo))
+        span = (size - 1) * w.lhs_dilate
         valid = ix.both(valid, ix.both(ix.compare(at, ix.c64(0), "GE"),
-                                       ix.compare(at, ix.c64(lhs.shape.dims[axis] - 1), "LE")))
-        source[axis] = ix.clamp(at, 0, lhs.shape.dims[axis] - 1)
+                                       ix.compare(at, ix.c64(span), "LE")))
+        if w.lhs_dilate > 1:
+            valid = ix.both(valid, ix.compare(ix.mod(ix.clamp(at, 0, span), w.lhs_dilate),
+                                              ix.c64(0), "EQ"))
+        source[axis] = ix.div(ix.clamp(at, 0, span), w.lhs_dilate)
     padded_id = lw.temp("f32", dims, f"{inst.name}.padded")
     value = Op("f32", "select", (valid, Load("f32", lhs_id, tuple(source)), Const("f32", 0.0)))
     lw.steps.append(LoopKernel(f"pad_{inst.name}", tuple(dims), [(padded_id, value)],
@@ -92,7 +99,7 @@ def conv_as_implicit_gemm(lw, inst, role):
     window = a["window"]
     if any(x.shape.dtype != "f32" for x in (inst, lhs, rhs)) \
             or a.get("feature_group_count", 1) != 1 or a.get("batch_group_count", 1) != 1 \
-            or any(w.lhs_dilate != 1 for w in window) or 0 in inst.shape.dims \
+            or 0 in inst.shape.dims \
             or 0 in lhs.shape.dims or 0 in rhs.shape.dims:
         return False
     lhs_l, rhs_l, out_l = parse_dim_labels(a["dim_labels"])
