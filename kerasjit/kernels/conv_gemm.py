@@ -1,5 +1,9 @@
 """Convolution as GEMM: patch matrix (im2col) times weight matrix, by batch slices.
 
+The GPU backend's form of every convolution (the GEMM goes to cuBLAS), and
+the CPU backend's for those conv_implicit.py does not take (features not
+innermost: channels-first layouts).
+
 For out[b, o..., f] = sum over window w and input feature c of
 lhs[b, pos(o, w), c] * rhs[w, c, f], build P[(b, o...), (w..., c)] (zeros
 where the window falls in padding or between dilated inputs) and multiply

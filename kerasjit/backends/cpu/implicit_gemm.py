@@ -35,9 +35,12 @@ class Blocking:
     def __init__(self, step, lanes, acc_budget):
         width = min(step.n, MAX_PIECES * lanes)
         self.feature_blocks = blocks(step.n, width)
-        self.rows = max(1, acc_budget // math.ceil(width / lanes))
-        self.full, self.rest = divmod(step.rows[0], self.rows)
-        self.per_outer = self.full + (self.rest > 0)
+        most = max(1, acc_budget // math.ceil(width / lanes))    # rows a block can hold
+        # Rows cut evenly: `wide` blocks of `rows` + 1 rows, then blocks of `rows`
+        # (13 rows in blocks of at most 12: 7 + 6, not 12 + 1, whose one row
+        # would leave most of the vector unit idle).
+        self.per_outer = math.ceil(step.rows[0] / most)
+        self.rows, self.wide = divmod(step.rows[0], self.per_outer)
         self.outer_total = math.prod(e for e, _, _ in step.outer)
         self.total = len(self.feature_blocks) * self.outer_total * self.per_outer
         first = step.depth[0][0]
@@ -79,25 +82,28 @@ class _Emitter(VectorCode):
                 at.append(b.urem(outer, self.const(extent)))
                 outer = b.udiv(outer, self.const(extent))
             at.reverse()
+            # Row block rb starts at row rb * (rows + 1) among the wide blocks, past
+            # them at rb * rows + wide.
+            wide = b.icmp_unsigned("<", rb, self.const(plan.wide))
+            row0 = b.add(b.mul(rb, self.const(plan.rows)),
+                         b.select(wide, rb, self.const(plan.wide)))
             for f in range(len(plan.feature_blocks)):
                 with b.if_then(b.icmp_unsigned("==", fb, self.const(f))):
-                    if plan.rest and plan.full:
-                        with b.if_else(b.icmp_unsigned("<", rb, self.const(plan.full))) \
-                                as (whole, short):
-                            with whole:
-                                self._body(f, plan.rows, part, at, rb)
-                            with short:
-                                self._body(f, plan.rest, part, at, rb)
+                    if plan.wide and plan.rows:
+                        with b.if_else(wide) as (more, fewer):
+                            with more:
+                                self._body(f, plan.rows + 1, part, at, row0)
+                            with fewer:
+                                self._body(f, plan.rows, part, at, row0)
                     else:
-                        self._body(f, plan.rows if plan.full else plan.rest, part, at, rb)
+                        self._body(f, plan.rows + (plan.wide > 0), part, at, row0)
         run_time_loop(b, self.fn, self.lo, self.hi, block)
 
-    def _body(self, f, count, part, at, rb):
-        """One block: `count` rows from row block `rb` by feature block `f`."""
+    def _body(self, f, count, part, at, row0):
+        """One block: `count` rows from row `row0` by feature block `f`."""
         s, plan, b = self.s, self.plan, self.b
         j0, width = plan.feature_blocks[f]
         pieces = blocks(width, self.lanes)
-        row0 = b.mul(rb, self.const(plan.rows))
         _, a_row, c_row = s.rows
         a_base = self._offset(*[(i, a) for i, (_, a, _) in zip(at, s.outer)], (row0, a_row))
         c_base = self._offset(*[(i, c) for i, (_, _, c) in zip(at, s.outer)], (row0, c_row), j0)
