@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from kerasjit.backends.cpu import CpuBackend, implicit_gemm
-from kerasjit.kernels.ir import GemmCall, ImplicitGemm, leaf_steps
+from kerasjit.kernels.ir import GemmCall, ImplicitGemm, LoopKernel, leaf_steps
 from kerasjit.kernels.lower import lower
 from kerasjit.passes import optimize_as_configured
 
@@ -71,3 +71,42 @@ def test_layouts_it_does_not_take_compile_as_patches_and_sgemm():
     steps = implicit_steps(channels_first, (x, w))
     assert steps and not any(isinstance(s, ImplicitGemm) for s in steps)
     check_compiled(channels_first, (x, w))
+
+
+def conv_bias_relu_and_grads(x, w, bias):
+    with tf.GradientTape() as tape:
+        tape.watch([x, w, bias])
+        y = tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME") + bias)     # Conv2D(activation="relu")
+        loss = tf.reduce_sum(tf.nn.max_pool2d(y, 2, 2, "VALID") ** 2)
+    return [loss, *tape.gradient(loss, [x, w, bias])]
+
+
+BIAS_RELU = (rand(2, 10, 9, 3), rand(3, 3, 3, 20), rand(20))
+
+
+def test_bias_and_activation_run_as_the_convolutions_epilogue():
+    module = bridge(conv_bias_relu_and_grads, *BIAS_RELU)
+    optimize_as_configured(module)
+    program = lower(module, implicit_gemm=True)
+    [forward] = [s for s in program.steps if isinstance(s, ImplicitGemm) and s.epilogue]
+    assert program.buffers[forward.out].dims == (2, 10, 9, 20)       # the activation's output
+    assert not any(isinstance(s, LoopKernel) and s.dims == (2, 10, 9, 20)
+                   and "maximum" in s.name for s in leaf_steps(program.steps))
+    check_compiled(conv_bias_relu_and_grads, BIAS_RELU)
+
+
+def test_an_epilogue_runs_once_the_last_slice_is_summed(monkeypatch):
+    monkeypatch.setenv("KERASJIT_CACHE_DIR", "")
+    monkeypatch.setattr(test_cpu_backend, "BACKEND", CpuBackend())
+    monkeypatch.setattr(implicit_gemm, "SLICE_BYTES", 256)
+    monkeypatch.setattr(implicit_gemm, "SPLIT_WORK", 0)
+    check_compiled(conv_bias_relu_and_grads, BIAS_RELU)
+
+
+def test_a_convolution_read_elsewhere_too_keeps_its_output():
+    def returned_too(x, w, bias):
+        y = tf.nn.conv2d(x, w, 1, "SAME")
+        return y, tf.nn.relu(y + bias)
+    steps = implicit_steps(returned_too, BIAS_RELU)
+    assert [s.epilogue for s in steps] == [None]
+    check_compiled(returned_too, BIAS_RELU)

@@ -20,7 +20,7 @@ def _at_loop_index(node, dims):
     return len(node.index) == len(dims) and all(same(i, d) for d, i in enumerate(node.index))
 
 
-def _reads_only_in_place(kernel, bid):
+def reads_only_in_place(kernel, bid):
     """Whether every load of `bid` in `kernel` is at the element the kernel writes."""
     return all(_at_loop_index(node, kernel.dims) for _, expr in kernel.stores
                for node in walk(expr) if isinstance(node, Load) and node.buffer == bid)
@@ -44,7 +44,7 @@ def alias_donated(program, donate):
         k = writer[0]
         kernel = program.steps[k]
         if kernel.reduction or any(param in touched(s) for s in program.steps[k + 1:]) \
-                or not _reads_only_in_place(kernel, param):
+                or not reads_only_in_place(kernel, param):
             continue
         (value,) = [e for b, e in kernel.stores if b == out]
         kernel.stores = [(b, e) for b, e in kernel.stores if b != out] + [(out, value)]
@@ -61,6 +61,8 @@ def _rename(steps, old, new, memo):
         elif isinstance(step, (GemmCall, ImplicitGemm)):
             step.out, step.lhs, step.rhs = (new if b == old else b
                                             for b in (step.out, step.lhs, step.rhs))
+            if isinstance(step, ImplicitGemm) and step.epilogue is not None:
+                step.epilogue = rename_buffer(step.epilogue, old, new, memo)
         else:
             step.stores = [(new if b == old else b, rename_buffer(e, old, new, memo))
                            for b, e in step.stores]

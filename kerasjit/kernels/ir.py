@@ -88,7 +88,8 @@ class Buffer:
     id: int
     dtype: str
     dims: tuple
-    role: str             # "param", "output", "temp", "constant"
+    role: str             # "param", "output", "temp", "constant", or "unused" (no step
+    #                       touches it: a convolution's output its epilogue replaced)
     data: object = None   # ndarray for constants
     name: str = ""
 
@@ -168,7 +169,10 @@ class ImplicitGemm:
     a(row, k) = sum of index * A-stride over the row's and k's levels, and a
     row of C starts at the sum of index * C-stride. A row of C and of B holds
     n contiguous features. `b_offset` is where B starts (a reversed window
-    walks the weights backwards)."""
+    walks the weights backwards). `epilogue`, if set, is the value finally
+    stored at each element of C: an expression of the loop index over C's
+    dims reading C itself only at that index (a bias add and activation, run
+    on each block of rows while it is in cache; epilogues.py)."""
     name: str
     out: int
     lhs: int              # A
@@ -178,6 +182,7 @@ class ImplicitGemm:
     rows: tuple
     depth: tuple
     b_offset: int = 0
+    epilogue: Expr = None
 
     @property
     def m(self):

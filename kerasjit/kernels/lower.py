@@ -13,6 +13,7 @@ from ..hlo.opcodes import BROADCAST, ELEMENTWISE, OPAQUE, REDUCE
 from .aliasing import alias_donated
 from .conv_gemm import conv_as_gemm
 from .conv_implicit import conv_as_implicit_gemm
+from .epilogues import fuse_epilogues
 from .expressions import (EXPRESSIONS, Unsupported, disjoint_windows, elementwise, op_of,
                           scatter_update)
 from .ir import (S64, Buffer, Const, GemmCall, Index, KernelProgram, Load, LoopKernel,
@@ -44,7 +45,8 @@ def lower(module, donate=None, implicit_gemm=False):
     """The KernelProgram of `module`; donate: {parameter index: output index} pairs
     the caller lets share memory (aliasing.py); implicit_gemm: the backend runs
     ImplicitGemm steps, which convolutions then become (else patches + GEMM)."""
-    return assign_storage(alias_donated(_Lowering(module, implicit_gemm).run(), donate))
+    program = alias_donated(_Lowering(module, implicit_gemm).run(), donate)
+    return assign_storage(fuse_epilogues(program) if implicit_gemm else program)
 
 
 class _Lowering:

@@ -22,10 +22,16 @@ def touched(step):
     """Buffer ids a step reads or writes."""
     if isinstance(step, ChunkLoop):
         return set().union(*map(touched, step.steps))
-    if isinstance(step, (GemmCall, ImplicitGemm)):
+    if isinstance(step, GemmCall):
         return {step.lhs, step.rhs, step.out}
-    return writes(step) | {node.buffer for _, expr in step.stores for node in walk(expr)
-                           if isinstance(node, Load)}
+    if isinstance(step, ImplicitGemm):
+        return {step.lhs, step.rhs, step.out} | loaded(step.epilogue)
+    return writes(step) | set().union(*(loaded(expr) for _, expr in step.stores))
+
+
+def loaded(expr):
+    """Buffer ids an expression (or None) loads from."""
+    return set() if expr is None else {n.buffer for n in walk(expr) if isinstance(n, Load)}
 
 
 def assign_storage(program):

@@ -11,7 +11,9 @@ several threads (parallel.py).
 from llvmlite import ir
 
 from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, ImplicitGemm, Index, Load,
-                           Op, Reduce, ReduceVar, ScatterKernel, Var, leaf_steps, walk)
+                           LoopKernel, Op, Reduce, ReduceVar, ScatterKernel, Var, leaf_steps,
+                           walk)
+from ...kernels.storage import loaded
 from . import implicit_gemm, narrow_gemm, parallel
 from .blas import SGEMM_SYMBOL, THREADS_LOCAL_SYMBOL
 from .llvm_types import I64, PTR, counted_loop, memory_type, register_type
@@ -49,14 +51,19 @@ class _KernelBuilder:
     loop-invariant work such as a scalar's pow out of the loops.
     """
 
-    def __init__(self, module, ops, program, kernel, fn, split=False):
+    def __init__(self, module, ops, program, kernel, fn, split=False, at=None):
+        """`at`: (builder, buffer id -> pointer, chunk) to emit into a function
+        already under construction (an implicit GEMM's epilogue) instead."""
         self.module, self.ops, self.program, self.kernel = module, ops, program, kernel
         self.fn, self.split = fn, split
-        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
-        buffers = kernel_buffers(kernel)
-        self.pointers = dict(zip(buffers, fn.args))
-        self.chunk = fn.args[len(buffers)]
-        self.alloca_block = self.b.block
+        if at is None:
+            self.b = ir.IRBuilder(fn.append_basic_block("entry"))
+            buffers = kernel_buffers(kernel)
+            self.pointers = dict(zip(buffers, fn.args))
+            self.chunk = fn.args[len(buffers)]
+        else:
+            self.b, self.pointers, self.chunk = at
+        self.alloca_block = fn.entry_basic_block
 
     # ----------------------------------------------------------------- loops
     def loop(self, extent, body):
@@ -201,6 +208,33 @@ class _KernelBuilder:
         return [b.load(slot, typ=register_type(v.dtype)) for slot, v in zip(slots, node.accs)]
 
 
+def _epilogue(module, ops, program, step, extra):
+    """Emits ImplicitGemm `step`'s epilogue over a block's rows (implicit_gemm.emit):
+    element by element along each row's features, in place in C."""
+    dims = program.buffers[step.out].dims
+    kernel = LoopKernel(f"{step.name}_epilogue", dims, [(step.out, step.epilogue)])
+
+    def emit(code, starts, j0, width):
+        b = code.b
+        pointers = {step.out: code.c_ptr, **dict(zip(extra, code.extra))}
+        builder = _KernelBuilder(module, ops, program, kernel, code.fn,
+                                 at=(b, pointers, code.chunk))
+        for start in starts:          # a row's index but its feature, once per row
+            row = b.udiv(start, ir.Constant(I64, dims[-1]))
+            prefix = []
+            for n in reversed(dims[:-1]):
+                prefix.append(b.urem(row, ir.Constant(I64, n)))
+                row = b.udiv(row, ir.Constant(I64, n))
+            prefix.reverse()
+
+            def element(j, prefix=prefix):
+                index = prefix + [b.add(j, ir.Constant(I64, j0))]
+                value = builder.render(step.epilogue, {}, {"index": index, "reduce": {}})
+                builder.store(step.out, "f32", index, value)
+            counted_loop(b, code.fn, width, element)
+    return emit
+
+
 def _buffer_pointer(b, table, bid):
     return b.load(b.gep(table, [ir.Constant(I64, bid)], inbounds=True, source_etype=PTR), typ=PTR)
 
@@ -309,11 +343,13 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
         elif isinstance(step, GemmCall):
             _gemm(eb, sgemm, step, table, chunk, threads_local, alone_below)
         elif isinstance(step, ImplicitGemm):
-            fn, blocks_total = implicit_gemm.emit(module, step, f"{name}_k{len(module.functions)}",
-                                                  lanes)
+            extra = sorted(loaded(step.epilogue) - {step.out})
+            fn, blocks_total = implicit_gemm.emit(
+                module, step, f"{name}_k{len(module.functions)}", lanes, len(extra),
+                step.epilogue and _epilogue(module, ops, program, step, extra))
 
-            def load_operands(b, table, step=step):
-                return [_buffer_pointer(b, table, bid) for bid in (step.out, step.lhs, step.rhs)]
+            def load_operands(b, table, buffers=(step.out, step.lhs, step.rhs, *extra)):
+                return [_buffer_pointer(b, table, bid) for bid in buffers]
             if may_split and implicit_gemm.worth_splitting(step, blocks_total):
                 task = parallel.call_split(eb, fn, load_operands, table, chunk, blocks_total)
                 kernels.append((fn.name, f"{fn}\n{task}"))

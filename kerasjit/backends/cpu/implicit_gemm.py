@@ -7,13 +7,14 @@ broadcast operand element per output row, then an FMA for each pair. The
 operand is read where it lies (ImplicitGemm's strides), so nothing is
 written but the output.
 
-`void name(ptr c, ptr a, ptr b, i64 chunk, i64 lo, i64 hi)` runs the row
-blocks [lo, hi) of the flattened (feature block, outer rows, row block)
+`void name(ptr c, ptr a, ptr b, ptr extra..., i64 chunk, i64 lo, i64 hi)`
+runs the row blocks [lo, hi) of the flattened (feature block, outer rows, row block)
 space, so parallel.call_split can hand each thread a share. A long
 contraction (a filter gradient's, over batch and image) is cut into slices
 whose part of B fits in L2; every block of a thread takes one slice before
 the next (partial sums go to C and come back), so B streams from memory
-once per thread instead of once per block.
+once per thread instead of once per block. An epilogue (epilogues.py)
+runs over each block's rows right after their last slice, in place.
 """
 import math
 
@@ -50,10 +51,12 @@ class Blocking:
 
 
 class _Emitter(VectorCode):
-    def __init__(self, module, step, name, lanes):
-        super().__init__(module, name, [PTR] * 3 + [I64] * 3, lanes)
-        self.s = step
-        self.c_ptr, self.a_ptr, self.b_ptr, _, self.lo, self.hi = self.fn.args
+    def __init__(self, module, step, name, lanes, extra=0, epilogue=None):
+        super().__init__(module, name, [PTR] * (3 + extra) + [I64] * 3, lanes)
+        self.s, self.epilogue = step, epilogue
+        self.c_ptr, self.a_ptr, self.b_ptr = self.fn.args[:3]
+        self.extra = self.fn.args[3:3 + extra]
+        self.chunk, self.lo, self.hi = self.fn.args[3 + extra:]
         self.plan = Blocking(step, lanes, self.acc_budget)
 
     def const(self, value):
@@ -131,6 +134,14 @@ class _Emitter(VectorCode):
             for p, (p0, pw) in enumerate(pieces):
                 vector = b.load(accs[r * len(pieces) + p], typ=self.vec)
                 self.store_vector(self.c_ptr, self._offset(c_base, r * c_row + p0), 1, vector, pw)
+        if self.epilogue is None:
+            return
+        starts = [self._offset(c_base, r * c_row) for r in range(count)]
+        if part is None:
+            self.epilogue(self, starts, j0, width)
+        else:                     # the sums are whole only after the last slice
+            with b.if_then(b.icmp_unsigned("==", part, self.const(plan.slices - 1))):
+                self.epilogue(self, starts, j0, width)
 
     def _depth(self, level, prefix, part, step):
         """The contraction's loops, outermost first; the first runs over slice `part`."""
@@ -159,9 +170,12 @@ class _Emitter(VectorCode):
         return total
 
 
-def emit(module, step, name, lanes):
-    """The function computing ImplicitGemm `step`, and its count of row blocks."""
-    emitter = _Emitter(module, step, name, lanes)
+def emit(module, step, name, lanes, extra=0, epilogue=None):
+    """The function computing ImplicitGemm `step`, and its count of row blocks.
+    It takes `extra` more buffers after C, A and B (what the epilogue reads);
+    `epilogue(emitter, row starts, first feature, features)`, if given, emits
+    the epilogue over a block's rows (their offsets in C) once they are final."""
+    emitter = _Emitter(module, step, name, lanes, extra, epilogue)
     return emitter.emit(), emitter.plan.total
 
 

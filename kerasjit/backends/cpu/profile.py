@@ -63,7 +63,8 @@ def _label(step):
         kind = "narrow GEMM" if narrow_gemm.plan(step) else "sgemm"
         return f"{step.name} ({kind} {step.m}x{step.n}x{step.k})"
     if isinstance(step, ImplicitGemm):
-        return f"{step.name} (implicit GEMM {step.m}x{step.n}x{step.k})"
+        epilogue = " + epilogue" if step.epilogue is not None else ""
+        return f"{step.name} (implicit GEMM {step.m}x{step.n}x{step.k}{epilogue})"
     return f"{step.name} ({'x'.join(map(str, step.dims))})"
 
 

@@ -1,0 +1,59 @@
+"""Epilogue fusion: a convolution's elementwise consumer runs inside its implicit GEMM.
+
+Conv2D(activation="relu") is a convolution, then a loop adding the bias and
+applying the activation over the whole output, which goes through memory
+twice more (written by the GEMM, read and written by the loop). When that
+loop is the only reader of the convolution's output and reads it only at the
+element it writes, the implicit GEMM takes the loop's expression as its
+epilogue: each block of output rows gets it while still in cache, and the
+loop and the convolution's own buffer go.
+"""
+from .aliasing import reads_only_in_place
+from .ir import ImplicitGemm, LoopKernel, rename_buffer
+from .storage import loaded, touched, writes
+
+
+def fuse_epilogues(program):
+    """Give each ImplicitGemm of `program` its consumer loop as epilogue where
+    that is valid (in place: the steps and the decisions)."""
+    steps = program.steps
+    i = 0
+    while i < len(steps):
+        step = steps[i]
+        j = _epilogue_of(program, i) if isinstance(step, ImplicitGemm) else None
+        if j is not None:
+            kernel = steps.pop(j)
+            (result, expr), = kernel.stores
+            step.epilogue = rename_buffer(expr, step.out, result, {})
+            program.decisions.append((step.name.removeprefix("igemm_"), kernel.fused[-1],
+                                      "fused: the implicit GEMM's epilogue"))
+            program.buffers[step.out].role = "unused"
+            step.out = result
+        i += 1
+    return program
+
+
+def _epilogue_of(program, i):
+    """The position of the loop that can be ImplicitGemm steps[i]'s epilogue, or None."""
+    steps, gemm = program.steps, program.steps[i]
+    out = program.buffers[gemm.out]
+    if out.role != "temp" or gemm.epilogue is not None:
+        return None
+    users = [j for j in range(i + 1, len(steps)) if gemm.out in touched(steps[j])]
+    if len(users) != 1:
+        return None
+    j = users[0]
+    kernel = steps[j]
+    if type(kernel) is not LoopKernel or kernel.reduction \
+            or len(kernel.stores) != 1 or tuple(kernel.dims) != tuple(out.dims) \
+            or not reads_only_in_place(kernel, gemm.out):
+        return None
+    (result, expr), = kernel.stores
+    # Computed in place over the GEMM's f32 output, so its own result must be
+    # f32 too, and everything it reads ready (not written) before the GEMM runs.
+    if program.buffers[result].dtype != "f32" or program.buffers[result].role == "param":
+        return None
+    inputs = loaded(expr) - {gemm.out}
+    if any(inputs & writes(s) or result in touched(s) for s in steps[i + 1:j]):
+        return None
+    return j
