@@ -11,8 +11,9 @@ written but the output.
 runs the row blocks [lo, hi) of the flattened (feature block, outer rows, row block)
 space, so parallel.call_split can hand each thread a share. A long
 contraction (a filter gradient's, over batch and image) is cut into slices
-whose part of B fits in L2; every block of a thread takes one slice before
-the next (partial sums go to C and come back), so B streams from memory
+whose part of B fits in L2 (runs of one contraction level at one index of
+the levels outside it); every block of a thread takes one slice before the
+next (partial sums go to C and come back), so B streams from memory
 once per thread instead of once per block. An epilogue (epilogues.py)
 runs over each block's rows right after their last slice, in place.
 """
@@ -44,10 +45,16 @@ class Blocking:
         self.rows, self.wide = divmod(step.rows[0], self.per_outer)
         self.outer_total = math.prod(e for e, _, _ in step.outer)
         self.total = len(self.feature_blocks) * self.outer_total * self.per_outer
-        first = step.depth[0][0]
-        per_first = max(1, SLICE_BYTES // (step.k // first * width * 4))
-        self.slice = min(first, per_first)
-        self.slices = math.ceil(first / self.slice)
+        # Slices: the outermost contraction level whose every iteration reads less
+        # of B than SLICE_BYTES is cut into runs of `slice` iterations; each slice
+        # is one such run at one index of the levels outside it.
+        extents = [e for e, _, _ in step.depth]
+        self.level = next(lv for lv in range(len(extents))
+                          if math.prod(extents[lv + 1:]) * width * 4 <= SLICE_BYTES)
+        panel = math.prod(extents[self.level + 1:]) * width * 4
+        self.slice = min(extents[self.level], max(1, SLICE_BYTES // panel))
+        self.cuts = math.ceil(extents[self.level] / self.slice)
+        self.slices = math.prod(extents[:self.level]) * self.cuts
 
 
 class _Emitter(VectorCode):
@@ -74,6 +81,16 @@ class _Emitter(VectorCode):
     def _blocks(self, part):
         """This thread's blocks for contraction slice `part` (None: the whole)."""
         plan, b = self.plan, self.b
+        if part is not None:    # the slice's indices outside its level, and its run
+            rest = b.udiv(part, self.const(plan.cuts))
+            fixed = []
+            for extent, _, _ in reversed(self.s.depth[:plan.level]):
+                fixed.append(b.urem(rest, self.const(extent)))
+                rest = b.udiv(rest, self.const(extent))
+            lo = b.mul(b.urem(part, self.const(plan.cuts)), self.const(plan.slice))
+            hi = b.add(lo, self.const(plan.slice))
+            end = self.const(self.s.depth[plan.level][0])
+            self.sliced = fixed[::-1], lo, b.select(b.icmp_signed("<", hi, end), hi, end)
 
         def block(index):
             rb = b.urem(index, self.const(plan.per_outer))
@@ -144,22 +161,20 @@ class _Emitter(VectorCode):
                 self.epilogue(self, starts, j0, width)
 
     def _depth(self, level, prefix, part, step):
-        """The contraction's loops, outermost first; the first runs over slice `part`."""
+        """The contraction's loops, outermost first; with slice `part`, only its
+        indices outside the sliced level and its run of that level."""
         if level == len(self.s.depth):
             step(prefix)
             return
-        extent = self.s.depth[level][0]
 
         def inner(i):
             self._depth(level + 1, prefix + [i], part, step)
-        if level == 0 and part is not None:
-            plan, b = self.plan, self.b
-            lo = b.mul(part, self.const(plan.slice))
-            hi = b.add(lo, self.const(plan.slice))
-            hi = b.select(b.icmp_signed("<", hi, self.const(extent)), hi, self.const(extent))
-            run_time_loop(b, self.fn, lo, hi, inner)
+        if part is not None and level < self.plan.level:
+            inner(self.sliced[0][level])
+        elif part is not None and level == self.plan.level:
+            run_time_loop(self.b, self.fn, *self.sliced[1:], inner)
         else:
-            counted_loop(self.b, self.fn, extent, inner)
+            counted_loop(self.b, self.fn, self.s.depth[level][0], inner)
 
     def _offset(self, *terms):
         """As VectorCode's, and an i64 value alone is a term too."""
