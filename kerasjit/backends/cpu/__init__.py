@@ -59,9 +59,9 @@ class CpuBackend:
             optimize_as_configured(module)
             program = lower(module, donate, implicit_gemm=True)
             name = f"cluster_{key[:16]}"
-            llvm_module, kernels, counters = render_program(
+            llvm_ir, kernels, counters = render_program(
                 program, name, blas_threads_local, engine.vector_lanes(), engine.is_x86(), timed)
-            code = engine.object_code(engine.optimize(llvm_module, has_long_loops(program)))
+            code = engine.object_code(engine.optimize(llvm_ir, has_long_loops(program)))
             # What the executable needs of the program; expressions live in the code now.
             record = {"program": dataclasses.replace(program, steps=[]),
                       "object": code, "entry": f"{name}_entry", "kernels": kernels,

@@ -8,6 +8,8 @@ reductions become inner loops whose accumulators live in allocas that
 LLVM promotes to registers. Large kernels run their outermost loop on
 several threads (parallel.py).
 """
+import re
+
 from llvmlite import ir
 
 from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, ImplicitGemm, Index, Load,
@@ -304,9 +306,9 @@ def _flush_denormals(module, b):
 
 def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x86=False,
                    timed=False):
-    """An llvmlite Module with `{name}_entry(ptr buffers)` running every step,
-    and the (name, LLVM IR) of the entry and each kernel function for explain()
-    (a split kernel's listing ends with its thread entry). `lanes`: floats per
+    """The LLVM IR text of a module with `{name}_entry(ptr buffers)` running
+    every step, and the (name, LLVM IR) of the entry and each kernel function
+    for explain() (a split kernel's listing ends with its thread entry). `lanes`: floats per
     vector register, for the narrow GEMMs' hand-blocked vector code; `x86`:
     the entry flushes denormals (MXCSR) while it runs; `timed`: each step is
     timed (profile.py), and the Counters come back third (else None)."""
@@ -339,7 +341,7 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
             fn = narrow_gemm.emit(module, gemm, f"{name}_k{len(module.functions)}", lanes)
             a, b = (step.rhs, step.lhs) if gemm.swapped else (step.lhs, step.rhs)
             eb.call(fn, [_buffer_pointer(eb, table, bid) for bid in (step.out, a, b)])
-            kernels.append((fn.name, str(fn)))
+            kernels.append([fn.name])
         elif isinstance(step, GemmCall):
             _gemm(eb, sgemm, step, table, chunk, threads_local, alone_below)
         elif isinstance(step, ImplicitGemm):
@@ -352,11 +354,11 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
                 return [_buffer_pointer(b, table, bid) for bid in buffers]
             if may_split and implicit_gemm.worth_splitting(step, blocks_total):
                 task = parallel.call_split(eb, fn, load_operands, table, chunk, blocks_total)
-                kernels.append((fn.name, f"{fn}\n{task}"))
+                kernels.append([fn.name, task.name])
             else:
                 eb.call(fn, load_operands(eb, table) + [chunk, ir.Constant(I64, 0),
                                                         ir.Constant(I64, blocks_total)])
-                kernels.append((fn.name, str(fn)))
+                kernels.append([fn.name])
         else:
             buffers = kernel_buffers(step)
             split = may_split and parallel.worth_splitting(step, outer_dims(step))
@@ -377,11 +379,29 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
                 return [_buffer_pointer(b, table, bid) for bid in buffers]
             if split:
                 task = parallel.call_split(eb, fn, load_buffers, table, chunk, step.dims[0])
-                kernels.append((fn.name, f"{fn}\n{task}"))
+                kernels.append([fn.name, task.name])
             else:
                 eb.call(fn, load_buffers(eb, table) + [chunk])
-                kernels.append((fn.name, str(fn)))
+                kernels.append([fn.name])
     emit(program.steps, ir.Constant(I64, 0))
     restore_fp_mode()
     eb.ret_void()
-    return module, [(entry.name, str(entry))] + kernels, counters
+    text = str(module)
+    listings = _definitions(text)
+    return text, [(names[0], "\n".join(listings[n] for n in names))
+                  for names in [[entry.name]] + kernels], counters
+
+
+def _definitions(text):
+    """Function name -> its definition in module text `text` (for explain():
+    formatting each function apart would format the whole module twice)."""
+    listings, name, lines = {}, None, []
+    for line in text.splitlines():
+        if name is None and line.startswith("define "):
+            name, lines = re.search(r'@"?([^"(]+)"?\(', line).group(1), []
+        if name is not None:
+            lines.append(line)
+            if line == "}":
+                listings[name] = "\n".join(lines)
+                name = None
+    return listings

@@ -8,8 +8,8 @@ operand is read where it lies (ImplicitGemm's strides), so nothing is
 written but the output.
 
 `void name(ptr c, ptr a, ptr b, ptr extra..., i64 chunk, i64 lo, i64 hi)`
-runs the row blocks [lo, hi) of the flattened (feature block, outer rows, row block)
-space, so parallel.call_split can hand each thread a share. A long
+runs the row blocks [lo, hi) of the flattened (feature block, outer rows,
+row block) space, so parallel.call_split can hand each thread a share. A long
 contraction (a filter gradient's, over batch and image) is cut into slices
 whose part of B fits in L2 (runs of one contraction level at one index of
 the levels outside it); every block of a thread takes one slice before the
@@ -27,7 +27,8 @@ from .vector_code import VectorCode, blocks
 
 MAX_PIECES = 4                  # feature vectors per block
 SLICE_BYTES = 256 << 10         # B's part per contraction slice (L2 is 2 MB here)
-# Multiply-adds from which a second thread pays (starting one costs 30-60 us).
+# Multiply-adds from which a second thread pays: ~4M take ~50 us at ~150
+# GFLOP/s, as long as starting and joining a thread (parallel.py).
 SPLIT_WORK = 1 << 22
 
 
