@@ -81,18 +81,33 @@ def conv_bias_relu_and_grads(x, w, bias):
     return [loss, *tape.gradient(loss, [x, w, bias])]
 
 
+def conv1d_bias_relu_and_grads(x, w, bias):
+    with tf.GradientTape() as tape:
+        tape.watch([x, w, bias])     # (TensorFlow's conv1d: a conv2d between reshapes)
+        y = tf.nn.relu(tf.nn.conv1d(x, w, 1, "VALID") + bias)
+        loss = tf.reduce_sum(tf.reduce_max(y, axis=1) ** 2)
+    return [loss, *tape.gradient(loss, [x, w, bias])]
+
+
 BIAS_RELU = (rand(2, 10, 9, 3), rand(3, 3, 3, 20), rand(20))
+EPILOGUES = {"conv2d": (conv_bias_relu_and_grads, BIAS_RELU, (2, 10, 9, 20)),
+             "conv1d": (conv1d_bias_relu_and_grads, (rand(3, 17, 5), rand(4, 5, 24), rand(24)),
+                        (3, 14, 24))}
 
 
-def test_bias_and_activation_run_as_the_convolutions_epilogue():
-    module = bridge(conv_bias_relu_and_grads, *BIAS_RELU)
+@pytest.mark.parametrize("name", EPILOGUES)
+def test_bias_and_activation_run_as_the_convolutions_epilogue(name):
+    fn, args, activation = EPILOGUES[name]
+    module = bridge(fn, *args)
     optimize_as_configured(module)
     program = lower(module, implicit_gemm=True)
-    [forward] = [s for s in program.steps if isinstance(s, ImplicitGemm) and s.epilogue]
-    assert program.buffers[forward.out].dims == (2, 10, 9, 20)       # the activation's output
-    assert not any(isinstance(s, LoopKernel) and s.dims == (2, 10, 9, 20)
+    # The forward convolution stores the activation's output (its gradients, the
+    # reshapes that follow them, which are epilogues too).
+    assert any(isinstance(s, ImplicitGemm) and s.epilogue is not None
+               and program.buffers[s.out].dims == activation for s in program.steps)
+    assert not any(isinstance(s, LoopKernel) and s.dims == activation
                    and "maximum" in s.name for s in leaf_steps(program.steps))
-    check_compiled(conv_bias_relu_and_grads, BIAS_RELU)
+    check_compiled(fn, args)
 
 
 def test_an_epilogue_runs_once_the_last_slice_is_summed(monkeypatch):

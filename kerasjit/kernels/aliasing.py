@@ -20,7 +20,7 @@ def _at_loop_index(node, dims):
     return len(node.index) == len(dims) and all(same(i, d) for d, i in enumerate(node.index))
 
 
-def reads_only_in_place(kernel, bid):
+def _reads_only_in_place(kernel, bid):
     """Whether every load of `bid` in `kernel` is at the element the kernel writes."""
     return all(_at_loop_index(node, kernel.dims) for _, expr in kernel.stores
                for node in walk(expr) if isinstance(node, Load) and node.buffer == bid)
@@ -44,7 +44,7 @@ def alias_donated(program, donate):
         k = writer[0]
         kernel = program.steps[k]
         if kernel.reduction or any(param in touched(s) for s in program.steps[k + 1:]) \
-                or not reads_only_in_place(kernel, param):
+                or not _reads_only_in_place(kernel, param):
             continue
         (value,) = [e for b, e in kernel.stores if b == out]
         kernel.stores = [(b, e) for b, e in kernel.stores if b != out] + [(out, value)]

@@ -4,12 +4,12 @@ Conv2D(activation="relu") is a convolution, then a loop adding the bias and
 applying the activation over the whole output, which goes through memory
 twice more (written by the GEMM, read and written by the loop). When that
 loop is the only reader of the convolution's output and reads it only at the
-element it writes, the implicit GEMM takes the loop's expression as its
+element it writes (in the same row-major position: a Conv1D's output is
+reshaped on the way), the implicit GEMM takes the loop's expression as its
 epilogue: each block of output rows gets it while still in cache, and the
 loop and the convolution's own buffer go.
 """
-from .aliasing import reads_only_in_place
-from .ir import ImplicitGemm, LoopKernel, rename_buffer
+from .ir import S64, ImplicitGemm, Index, Load, LoopKernel, map_loads, walk
 from .storage import loaded, touched, writes
 
 
@@ -24,13 +24,28 @@ def fuse_epilogues(program):
         if j is not None:
             kernel = steps.pop(j)
             (result, expr), = kernel.stores
-            step.epilogue = rename_buffer(expr, step.out, result, {})
-            program.decisions.append((step.name.removeprefix("igemm_"), kernel.fused[-1],
+            here = Load("f32", result, tuple(Index(S64, d) for d in range(len(kernel.dims))))
+            step.epilogue = map_loads(expr, lambda load: here if load.buffer == step.out
+                                      else load, {})
+            program.decisions.append((step.name.removeprefix("igemm_"),
+                                      (kernel.fused or [kernel.name])[-1],
                                       "fused: the implicit GEMM's epilogue"))
             program.buffers[step.out].role = "unused"
             step.out = result
         i += 1
     return program
+
+
+def _at_own_element(load, buffer_dims, loop_dims):
+    """Whether `load` reads the element at the loop's own row-major position:
+    at the loop index, where the two shapes differ only by dims of size 1 (a
+    reshape that adds or drops them: Conv1D's output)."""
+    kept = [n for n in buffer_dims if n != 1]
+    if kept != [n for n in loop_dims if n != 1]:
+        return False
+    index = [i for i, n in zip(load.index, buffer_dims) if n != 1]
+    loop = [d for d, n in enumerate(loop_dims) if n != 1]
+    return all(isinstance(i, Index) and i.dim == d for i, d in zip(index, loop))
 
 
 def _epilogue_of(program, i):
@@ -44,9 +59,10 @@ def _epilogue_of(program, i):
         return None
     j = users[0]
     kernel = steps[j]
-    if type(kernel) is not LoopKernel or kernel.reduction \
-            or len(kernel.stores) != 1 or tuple(kernel.dims) != tuple(out.dims) \
-            or not reads_only_in_place(kernel, gemm.out):
+    if type(kernel) is not LoopKernel or kernel.reduction or len(kernel.stores) != 1 \
+            or not all(_at_own_element(node, out.dims, kernel.dims)
+                       for node in walk(kernel.stores[0][1])
+                       if isinstance(node, Load) and node.buffer == gemm.out):
         return None
     (result, expr), = kernel.stores
     # Computed in place over the GEMM's f32 output, so its own result must be
