@@ -19,7 +19,7 @@ with sgemm, this writes nothing but the output.
 """
 from . import indexing as ix
 from .conv_gemm import parse_dim_labels
-from .ir import S64, Const, ImplicitGemm, Index, Load, LoopKernel, Op
+from .ir import S64, Const, ImplicitGemm, Index, LoopKernel, Op
 
 
 def _strides(dims):
@@ -43,13 +43,29 @@ def _merged(levels):
     return out
 
 
+def _in_place(lw, inst):
+    """A buffer holding `inst`'s elements in row-major order: a reshape's (or
+    bitcast's) operand's, where it has one, since a reshape moves no element
+    (a Conv1D's operands are reshapes of 3-d values). An ImplicitGemm reads it
+    by strides, so it needs the order, not the dims."""
+    while inst.opcode in ("reshape", "bitcast") and inst not in lw.buffer_of \
+            and inst.operands[0].shape.size == inst.shape.size:
+        inst = inst.operands[0]
+    return lw.materialized(inst)
+
+
+def _read(lw, inst, index, at):
+    """`inst` at `at` in a copying kernel over `index`: a load, or its producers
+    computed in place (a reshape or reverse becomes index arithmetic)."""
+    return lw._in_kernel(tuple(index), {}, lambda: lw._load_or_expr(inst, tuple(at)))
+
+
 def _padded(lw, inst, lhs, lhs_l, window):
     """lhs with the window's padding and input dilation (zeros between elements:
     a strided convolution's input gradient) made explicit in a buffer of its
     own, and its dims."""
-    lhs_id = lw.materialized(lhs)
     if not any(w.pad_lo or w.pad_hi or w.lhs_dilate > 1 for w in window):
-        return lhs_id, lhs.shape.dims
+        return _in_place(lw, lhs), lhs.shape.dims
     dims = list(lhs.shape.dims)
     for d, w in enumerate(window):
         dims[lhs_l[d]] = (dims[lhs_l[d]] - 1) * w.lhs_dilate + 1 + w.pad_lo + w.pad_hi
@@ -66,7 +82,7 @@ def _padded(lw, inst, lhs, lhs_l, window):
                                               ix.c64(0), "EQ"))
         source[axis] = ix.div(ix.clamp(at, 0, span), w.lhs_dilate)
     padded_id = lw.temp("f32", dims, f"{inst.name}.padded")
-    value = Op("f32", "select", (valid, Load("f32", lhs_id, tuple(source)), Const("f32", 0.0)))
+    value = Op("f32", "select", (valid, _read(lw, lhs, index, source), Const("f32", 0.0)))
     lw.steps.append(LoopKernel(f"pad_{inst.name}", tuple(dims), [(padded_id, value)],
                                [f"{inst.name}.padded"]))
     return padded_id, tuple(dims)
@@ -77,7 +93,7 @@ def _weights(lw, inst, rhs, rhs_l):
     [window..., i, o] where they are not: the input gradient's), its dims and labels."""
     spatial = len(rhs_l) - 2
     if rhs_l["o"] == spatial + 1:
-        return lw.materialized(rhs), rhs.shape.dims, rhs_l
+        return _in_place(lw, rhs), rhs.shape.dims, rhs_l
     order = [*range(spatial), "i", "o"]
     dims = tuple(rhs.shape.dims[rhs_l[x]] for x in order)
     index = [Index(S64, d) for d in range(spatial + 2)]
@@ -85,8 +101,8 @@ def _weights(lw, inst, rhs, rhs_l):
     for i, label in zip(index, order):
         source[rhs_l[label]] = i
     weights_id = lw.temp("f32", dims, f"{inst.name}.weights")
-    lw.steps.append(LoopKernel(f"weights_{inst.name}", dims, [(weights_id, Load(
-        "f32", lw.materialized(rhs), tuple(source)))], [f"{inst.name}.weights"]))
+    lw.steps.append(LoopKernel(f"weights_{inst.name}", dims, [(
+        weights_id, _read(lw, rhs, index, source))], [f"{inst.name}.weights"]))
     return weights_id, dims, {label: d for d, label in enumerate(order)}
 
 
