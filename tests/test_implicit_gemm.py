@@ -125,3 +125,25 @@ def test_a_convolution_read_elsewhere_too_keeps_its_output():
     steps = implicit_steps(returned_too, BIAS_RELU)
     assert [s.epilogue for s in steps] == [None]
     check_compiled(returned_too, BIAS_RELU)
+
+
+def dense_reshape_conv1d_gradient(x, w1, w2):
+    # Dense(16, relu) -> Reshape((16, 1)) -> Conv1D: the input gradient's
+    # convolution has one feature, and the relu gradient reads it reshaped.
+    with tf.GradientTape() as tape:
+        tape.watch(w1)
+        h = tf.nn.relu(tf.matmul(x, w1))
+        y = tf.nn.conv1d(tf.reshape(h, [-1, 16, 1]), w2, 1, "SAME")
+        loss = tf.reduce_sum(y * y)
+    return tape.gradient(loss, w1)
+
+
+@pytest.mark.parametrize("fn, args", [
+    (dense_reshape_conv1d_gradient, (rand(3, 5), rand(5, 16, seed=1), rand(3, 1, 4, seed=2))),
+    # One feature, dropped after the convolution; a unit dim after the features.
+    (lambda x, w, b: tf.nn.relu(tf.squeeze(tf.nn.conv2d(x, w, 1, "SAME"), -1) + b),
+     (rand(2, 6, 7, 3), rand(3, 3, 3, 1), rand(7))),
+    (lambda x, w, b: tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME")[..., None] + b),
+     (rand(2, 6, 7, 3), rand(3, 3, 3, 5), rand(5, 1)))])
+def test_a_consumer_whose_last_dim_is_not_the_features_is_no_epilogue(fn, args):
+    check_compiled(fn, args)

@@ -67,7 +67,12 @@ def _epilogue_of(program, i):
     (result, expr), = kernel.stores
     # Computed in place over the GEMM's f32 output, so its own result must be
     # f32 too, and everything it reads ready (not written) before the GEMM runs.
-    if program.buffers[result].dtype != "f32" or program.buffers[result].role == "param":
+    # Its last dim must be the GEMM's features: the epilogue indexes a row of C
+    # by the result's other dims (not so where a unit feature dim is dropped or
+    # a unit dim follows it).
+    target = program.buffers[result]
+    if target.dtype != "f32" or target.role == "param" or not target.dims \
+            or target.dims[-1] != gemm.n:
         return None
     inputs = loaded(expr) - {gemm.out}
     if any(inputs & writes(s) or result in touched(s) for s in steps[i + 1:j]):

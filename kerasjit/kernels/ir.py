@@ -283,20 +283,3 @@ def rename_buffer(expr, old, new, memo):
     """`expr` with loads of buffer `old` reading buffer `new`."""
     return map_loads(expr, lambda load: replace(load, buffer=new) if load.buffer == old else load,
                      memo)
-    changes = {}
-    for f in fields(expr):
-        value = getattr(expr, f.name)
-        if isinstance(value, Expr):
-            renamed = rename_buffer(value, old, new, memo)
-        elif isinstance(value, tuple) and any(isinstance(v, Expr) for v in value):
-            renamed = tuple(rename_buffer(v, old, new, memo) for v in value)
-            if all(a is b for a, b in zip(renamed, value)):
-                renamed = value
-        else:
-            continue
-        if renamed is not value:
-            changes[f.name] = renamed
-    if isinstance(expr, Load) and expr.buffer == old:
-        changes["buffer"] = new
-    memo[id(expr)] = replace(expr, **changes) if changes else expr
-    return memo[id(expr)]

@@ -350,6 +350,8 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
                 module, step, f"{name}_k{len(module.functions)}", lanes, len(extra),
                 step.epilogue and _epilogue(module, ops, program, step, extra))
 
+            # (All live in this step, so storage.py gave them distinct memory: the
+            # function's noalias arguments hold.)
             def load_operands(b, table, buffers=(step.out, step.lhs, step.rhs, *extra)):
                 return [_buffer_pointer(b, table, bid) for bid in buffers]
             if may_split and implicit_gemm.worth_splitting(step, blocks_total):

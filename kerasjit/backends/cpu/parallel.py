@@ -27,8 +27,8 @@ import os
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ...kernels.ir import (GemmCall, ImplicitGemm, Index, Op, Reduce, ReduceVar, ScatterKernel,
-                           children, leaf_steps, walk)
+from ...kernels.ir import (ChunkLoop, GemmCall, ImplicitGemm, Index, Op, Reduce, ReduceVar,
+                           ScatterKernel, children, leaf_steps, walk)
 from . import narrow_gemm
 from .blas import SINGLE_THREAD_MNK
 from .llvm_types import I1, I32, I64, PTR
@@ -91,9 +91,14 @@ def gemms_alone_below(steps, blas_threads_local):
     if not blas_threads_local:
         return 0
     work = {GemmCall: 0, ImplicitGemm: 0}
-    for step in leaf_steps(steps):
-        if type(step) in work:
-            work[type(step)] += step.m * step.n * step.k
+
+    def add(steps, times):
+        for step in steps:
+            if isinstance(step, ChunkLoop):
+                add(step.steps, times * step.count)
+            elif type(step) in work:
+                work[type(step)] += times * step.m * step.n * step.k
+    add(steps, 1)
     return math.inf if work[ImplicitGemm] >= work[GemmCall] > 0 else SINGLE_THREAD_MNK
 
 
