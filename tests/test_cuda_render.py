@@ -241,6 +241,10 @@ STRUCTURED = {
                   (rand(2, 7, 6, 3), rand(3, 3, 3, 2, seed=1))),
     "maxpool_grad": (lambda x: tf.gradients(tf.reduce_sum(
         tf.nn.max_pool2d(x, 3, 2, "SAME") ** 2), x)[0], (rand(2, 7, 8, 2),)),
+    # Disjoint windows: the pooling gradient is computed inside the relu
+    # gradient's loop (ties: the first maximum takes it).
+    "relu_maxpool_grad": (lambda x: tf.gradients(tf.reduce_sum(tf.nn.max_pool2d(
+        tf.nn.relu(x), 2, 2, "SAME") ** 2), x)[0], (np.round(rand(2, 7, 8, 3) * 2),)),
 }
 
 
