@@ -62,9 +62,8 @@ def _workloads(args):
         "mlp_784_256_10": Workload(lambda jit_compile=False: workloads.mlp(0, jit_compile),
                                    _images((784,), 10), 64, args.steps,
                                    ("fit", "evaluate", "predict")),
-        "mnist_cnn": Workload(lambda jit_compile=False: workloads.mnist_cnn(0.5, jit_compile),
-                              _images((28, 28, 1), 10), 128, args.mnist_steps,
-                              ("fit", "evaluate", "predict")),
+        "mnist_cnn": Workload(workloads.mnist_cnn, _images((28, 28, 1), 10), 128,
+                              args.mnist_steps, ("fit", "evaluate", "predict")),
         "text_cnn": Workload(workloads.text_cnn, lambda n: workloads.token_data(n, 40, 1000), 64,
                              args.steps, ("fit", "evaluate", "predict")),
         f"elephant_cnn_{args.image_size}": Workload(

@@ -398,10 +398,9 @@ def _select_and_scatter(lw, inst, index):
         last = (out_dims[d] - 1) * w.stride
         if disjoint:
             num = ix.add(i, ix.c64(w.pad_lo))
-            end = last + w.stride - 1         # (the last position of the last window's stride)
+            last += w.stride - 1              # (the last position of the last window's stride)
             k = ix.mod(num, w.stride)
-            ok = ix.both(ix.compare(k, ix.c64(w.size), "LT"), ix.compare(num, ix.c64(end), "LE"))
-            starts.append(ix.div(ix.clamp(num, 0, end), w.stride))
+            ok = ix.both(ix.compare(k, ix.c64(w.size), "LT"), ix.compare(num, ix.c64(last), "LE"))
         else:   # window element k of window s covers it when s*stride + k - pad_lo == i
             k = ReduceVar(S64, outer, d)
             num = ix.sub(ix.add(i, ix.c64(w.pad_lo)), k)
@@ -409,7 +408,7 @@ def _select_and_scatter(lw, inst, index):
             if w.stride > 1:
                 ok = ix.both(ok, ix.compare(ix.mod(ix.clamp(num, 0, last), w.stride),
                                             ix.c64(0), "EQ"))
-            starts.append(ix.div(ix.clamp(num, 0, last), w.stride))
+        starts.append(ix.div(ix.clamp(num, 0, last), w.stride))
         offsets.append(k)
         covers = ix.both(covers, ok)
     selected = ix.both(covers, ix.compare(_selected_offset(lw, inst, starts),

@@ -18,15 +18,14 @@ from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, ImplicitGemm,
 from ...kernels.storage import loaded
 from . import implicit_gemm, narrow_gemm, parallel
 from .blas import SGEMM_SYMBOL, THREADS_LOCAL_SYMBOL
-from .llvm_types import I64, PTR, counted_loop, memory_type, register_type
+from .llvm_types import I64, PTR, counted_loop, memory_type, register_type, unflatten
 from .ops import OpEmitter
 from .profile import Counters
 
 
 def kernel_buffers(kernel):
     """Ids of the buffers a loop kernel touches, in the order it takes them."""
-    loaded = {n.buffer for _, expr in kernel.stores for n in walk(expr) if isinstance(n, Load)}
-    return sorted({bid for bid, _ in kernel.stores} | loaded)
+    return sorted({bid for bid, _ in kernel.stores}.union(*(loaded(e) for _, e in kernel.stores)))
 
 
 def rows_can_accumulate(kernel):
@@ -222,12 +221,7 @@ def _epilogue(module, ops, program, step, extra):
         builder = _KernelBuilder(module, ops, program, kernel, code.fn,
                                  at=(b, pointers, code.chunk))
         for start in starts:          # a row's index but its feature, once per row
-            row = b.udiv(start, ir.Constant(I64, dims[-1]))
-            prefix = []
-            for n in reversed(dims[:-1]):
-                prefix.append(b.urem(row, ir.Constant(I64, n)))
-                row = b.udiv(row, ir.Constant(I64, n))
-            prefix.reverse()
+            prefix = unflatten(b, b.udiv(start, ir.Constant(I64, dims[-1])), dims[:-1])
 
             def element(j, prefix=prefix):
                 index = prefix + [b.add(j, ir.Constant(I64, j0))]
@@ -349,18 +343,11 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
             fn, blocks_total = implicit_gemm.emit(
                 module, step, f"{name}_k{len(module.functions)}", lanes, len(extra),
                 step.epilogue and _epilogue(module, ops, program, step, extra))
-
             # (All live in this step, so storage.py gave them distinct memory: the
             # function's noalias arguments hold.)
-            def load_operands(b, table, buffers=(step.out, step.lhs, step.rhs, *extra)):
-                return [_buffer_pointer(b, table, bid) for bid in buffers]
-            if may_split and implicit_gemm.worth_splitting(step, blocks_total):
-                task = parallel.call_split(eb, fn, load_operands, table, chunk, blocks_total)
-                kernels.append([fn.name, task.name])
-            else:
-                eb.call(fn, load_operands(eb, table) + [chunk, ir.Constant(I64, 0),
-                                                        ir.Constant(I64, blocks_total)])
-                kernels.append([fn.name])
+            call(fn, (step.out, step.lhs, step.rhs, *extra), chunk,
+                 may_split and implicit_gemm.worth_splitting(step, blocks_total),
+                 blocks_total, [ir.Constant(I64, 0), ir.Constant(I64, blocks_total)])
         else:
             buffers = kernel_buffers(step)
             split = may_split and parallel.worth_splitting(step, outer_dims(step))
@@ -376,15 +363,19 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
             for arg in fn.args[:len(buffers)]:
                 arg.add_attribute("noalias")
             _KernelBuilder(module, ops, program, step, fn, split).build()
+            call(fn, buffers, chunk, split, step.dims[0] if split else 0, [])
 
-            def load_buffers(b, table, buffers=buffers):
-                return [_buffer_pointer(b, table, bid) for bid in buffers]
-            if split:
-                task = parallel.call_split(eb, fn, load_buffers, table, chunk, step.dims[0])
-                kernels.append([fn.name, task.name])
-            else:
-                eb.call(fn, load_buffers(eb, table) + [chunk])
-                kernels.append([fn.name])
+    def call(fn, buffers, chunk, split, extent, whole):
+        """At the entry: `fn` over `buffers` (from the table) and `chunk`, split
+        over the threads in [0, extent), else called once with `whole` after."""
+        def load(b, table):
+            return [_buffer_pointer(b, table, bid) for bid in buffers]
+        if split:
+            task = parallel.call_split(eb, fn, load, table, chunk, extent)
+            kernels.append([fn.name, task.name])
+        else:
+            eb.call(fn, load(eb, table) + [chunk] + whole)
+            kernels.append([fn.name])
     emit(program.steps, ir.Constant(I64, 0))
     restore_fp_mode()
     eb.ret_void()

@@ -21,7 +21,7 @@ import math
 
 from llvmlite import ir
 
-from .llvm_types import I64, PTR, counted_loop
+from .llvm_types import I64, PTR, counted_loop, unflatten
 from .parallel import run_time_loop
 from .vector_code import VectorCode, blocks
 
@@ -82,27 +82,19 @@ class _Emitter(VectorCode):
     def _blocks(self, part):
         """This thread's blocks for contraction slice `part` (None: the whole)."""
         plan, b = self.plan, self.b
+        sliced = None
         if part is not None:    # the slice's indices outside its level, and its run
-            rest = b.udiv(part, self.const(plan.cuts))
-            fixed = []
-            for extent, _, _ in reversed(self.s.depth[:plan.level]):
-                fixed.append(b.urem(rest, self.const(extent)))
-                rest = b.udiv(rest, self.const(extent))
-            lo = b.mul(b.urem(part, self.const(plan.cuts)), self.const(plan.slice))
+            *fixed, cut = unflatten(b, part, [e for e, _, _ in self.s.depth[:plan.level]]
+                                    + [plan.cuts])
+            lo = b.mul(cut, self.const(plan.slice))
             hi = b.add(lo, self.const(plan.slice))
             end = self.const(self.s.depth[plan.level][0])
-            self.sliced = fixed[::-1], lo, b.select(b.icmp_signed("<", hi, end), hi, end)
+            sliced = fixed, lo, b.select(b.icmp_signed("<", hi, end), hi, end)
 
         def block(index):
-            rb = b.urem(index, self.const(plan.per_outer))
-            rest = b.udiv(index, self.const(plan.per_outer))
-            outer = b.urem(rest, self.const(plan.outer_total))
-            fb = b.udiv(rest, self.const(plan.outer_total))
-            at = []                                    # the outer levels' indices
-            for extent, _, _ in reversed(self.s.outer):
-                at.append(b.urem(outer, self.const(extent)))
-                outer = b.udiv(outer, self.const(extent))
-            at.reverse()
+            # (feature block, the outer levels' indices, row block)
+            fb, *at, rb = unflatten(b, index, [len(plan.feature_blocks)]
+                                    + [e for e, _, _ in self.s.outer] + [plan.per_outer])
             # Row block rb starts at row rb * (rows + 1) among the wide blocks, past
             # them at rb * rows + wide.
             wide = b.icmp_unsigned("<", rb, self.const(plan.wide))
@@ -113,15 +105,16 @@ class _Emitter(VectorCode):
                     if plan.wide and plan.rows:
                         with b.if_else(wide) as (more, fewer):
                             with more:
-                                self._body(f, plan.rows + 1, part, at, row0)
+                                self._body(f, plan.rows + 1, part, sliced, at, row0)
                             with fewer:
-                                self._body(f, plan.rows, part, at, row0)
+                                self._body(f, plan.rows, part, sliced, at, row0)
                     else:
-                        self._body(f, plan.rows + (plan.wide > 0), part, at, row0)
+                        self._body(f, plan.rows + (plan.wide > 0), part, sliced, at, row0)
         run_time_loop(b, self.fn, self.lo, self.hi, block)
 
-    def _body(self, f, count, part, at, row0):
-        """One block: `count` rows from row `row0` by feature block `f`."""
+    def _body(self, f, count, part, sliced, at, row0):
+        """One block: `count` rows from row `row0` by feature block `f`, over
+        contraction slice `part` (`sliced`: its fixed indices and its run)."""
         s, plan, b = self.s, self.plan, self.b
         j0, width = plan.feature_blocks[f]
         pieces = blocks(width, self.lanes)
@@ -147,7 +140,7 @@ class _Emitter(VectorCode):
                 x = self.broadcast(self.load_scalar(self.a_ptr, self._offset(a_off, r * a_row)))
                 for p, v in enumerate(vectors):
                     self.fma_into(accs[r * len(pieces) + p], x, v)
-        self._depth(0, [], part, step)
+        self._depth(0, [], sliced, step)
         for r in range(count):
             for p, (p0, pw) in enumerate(pieces):
                 vector = b.load(accs[r * len(pieces) + p], typ=self.vec)
@@ -161,29 +154,21 @@ class _Emitter(VectorCode):
             with b.if_then(b.icmp_unsigned("==", part, self.const(plan.slices - 1))):
                 self.epilogue(self, starts, j0, width)
 
-    def _depth(self, level, prefix, part, step):
-        """The contraction's loops, outermost first; with slice `part`, only its
+    def _depth(self, level, prefix, sliced, step):
+        """The contraction's loops, outermost first; with a slice, only its
         indices outside the sliced level and its run of that level."""
         if level == len(self.s.depth):
             step(prefix)
             return
 
         def inner(i):
-            self._depth(level + 1, prefix + [i], part, step)
-        if part is not None and level < self.plan.level:
-            inner(self.sliced[0][level])
-        elif part is not None and level == self.plan.level:
-            run_time_loop(self.b, self.fn, *self.sliced[1:], inner)
+            self._depth(level + 1, prefix + [i], sliced, step)
+        if sliced is not None and level < self.plan.level:
+            inner(sliced[0][level])
+        elif sliced is not None and level == self.plan.level:
+            run_time_loop(self.b, self.fn, *sliced[1:], inner)
         else:
             counted_loop(self.b, self.fn, self.s.depth[level][0], inner)
-
-    def _offset(self, *terms):
-        """As VectorCode's, and an i64 value alone is a term too."""
-        values = [t for t in terms if isinstance(t, ir.Value)]
-        total = super()._offset(*[t for t in terms if not isinstance(t, ir.Value)])
-        for v in values:
-            total = self.b.add(total, v)
-        return total
 
 
 def emit(module, step, name, lanes, extra=0, epilogue=None):

@@ -52,3 +52,13 @@ def counted_loop(b, fn, extent, body):
     i.add_incoming(nxt, b.block)
     b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I64, extent)), head, done)
     b.position_at_end(done)
+
+
+def unflatten(b, flat, extents):
+    """The row-major indices (i64 values) of position `flat` in a box of
+    `extents`; the outermost index is not reduced (flat may run past the box)."""
+    out = []
+    for extent in reversed(extents[1:]):
+        out.append(b.urem(flat, ir.Constant(I64, extent)))
+        flat = b.udiv(flat, ir.Constant(I64, extent))
+    return [flat] + out[::-1] if extents else []

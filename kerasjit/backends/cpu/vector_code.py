@@ -54,13 +54,16 @@ class VectorCode:
                                [self.vec, ir.VectorType(PTR, lanes), I32, self.mask_type])
 
     def _offset(self, *terms):
-        """sum of (value, python int) products plus python ints, as an i64."""
+        """The sum, as an i64, of terms: (i64 value, python int) products, i64
+        values and python ints."""
         b, total = self.b, ir.Constant(I64, 0)
         for term in terms:
             if isinstance(term, tuple):
                 value, scale = term
                 if scale:
                     total = b.add(total, b.mul(value, ir.Constant(I64, scale)))
+            elif isinstance(term, ir.Value):
+                total = b.add(total, term)
             elif term:
                 total = b.add(total, ir.Constant(I64, term))
         return total
