@@ -16,6 +16,7 @@ import tensorflow as tf
 from .backends import get_backend
 from .frontend.functional import UnsupportedGraph, functionalize
 from .frontend.plan import build_program, whole_step_in_tensorflow
+from .runtime.arrays import Rows, gathered
 from .runtime.state import VariableState
 
 
@@ -33,13 +34,14 @@ class _NotArrays(Exception):
 
 
 def _array_structure_key(obj, flat):
-    """_structure_key of a nest of tuples, lists, numpy arrays and Nones (Keras's
-    array batches), appending its leaves to `flat` in tf.nest.flatten's order
-    in the same pass; raises _NotArrays on anything else."""
+    """_structure_key of a nest of tuples, lists, numpy arrays, Rows and Nones
+    (Keras's array batches, shuffled ones maybe not gathered yet), appending
+    its leaves to `flat` in tf.nest.flatten's order in the same pass; raises
+    _NotArrays on anything else."""
     kind = type(obj)
     if kind is tuple or kind is list:
         return (kind.__name__, *[_array_structure_key(x, flat) for x in obj])
-    if kind is not np.ndarray and obj is not None:
+    if kind is not np.ndarray and kind is not Rows and obj is not None:
         raise _NotArrays
     flat.append(obj)
     return obj is None
@@ -185,7 +187,7 @@ class CompiledStep:
                 outputs = [o.reshape((-1, *o.shape[2:])) for o in outputs]
             run.state.write(new_state)
         else:
-            per_step = [run(tensors) for tensors in steps]
+            per_step = [run([gathered(a) for a in tensors]) for tensors in steps]
             outputs = [np.concatenate(o) for o in zip(*per_step)] \
                 if keep_all and len(per_step) > 1 else per_step[-1]
         return run.pack(outputs)

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from .backends import get_backend
 from .runtime import feed
+from .runtime.arrays import gathered
 from .runtime.state import ResidentStore
 from .step import CompiledStep
 
@@ -79,7 +80,7 @@ def _steps(model, step):
         if not batches:
             raise StopIteration
         if not step.programs:
-            _build_variables(model, batches[0][0])
+            _build_variables(model, tf.nest.map_structure(gathered, batches[0][0]))
         return step.run_many(batches)
     return function
 

@@ -107,6 +107,7 @@ def test_no_thread_draws_batches_after_fit_returns():
 
 
 def test_with_steps_per_execution_the_batches_are_those_drawn_in_place(monkeypatch):
+    monkeypatch.setattr(feed, "_LAZY", False)     # (else they are Rows: test_lazy_batches.py)
     history, weights = trained(True, steps_per_execution=4)     # 4 batches ahead
     monkeypatch.setattr(feed, "Prefetcher", lambda batches, ahead: batches)
     in_place_history, in_place_weights = trained(True, steps_per_execution=4)

@@ -9,7 +9,7 @@ reshaped on the way), the implicit GEMM takes the loop's expression as its
 epilogue: each block of output rows gets it while still in cache, and the
 loop and the convolution's own buffer go.
 """
-from .ir import S64, ImplicitGemm, Index, Load, LoopKernel, map_loads, walk
+from .ir import S64, ImplicitGemm, Index, Load, LoopKernel, map_nodes, walk
 from .storage import loaded, touched, writes
 
 
@@ -25,8 +25,8 @@ def fuse_epilogues(program):
             kernel = steps.pop(j)
             (result, expr), = kernel.stores
             here = Load("f32", result, tuple(Index(S64, d) for d in range(len(kernel.dims))))
-            step.epilogue = map_loads(expr, lambda load: here if load.buffer == step.out
-                                      else load, {})
+            step.epilogue = map_nodes(expr, Load, lambda load: here
+                                      if load.buffer == step.out else load, {})
             program.decisions.append((step.name.removeprefix("igemm_"),
                                       (kernel.fused or [kernel.name])[-1],
                                       "fused: the implicit GEMM's epilogue"))

@@ -255,19 +255,19 @@ def children(node):
     return ()
 
 
-def map_loads(expr, change, memo):
-    """`expr` with every Load (its index mapped first) replaced by change(load);
-    untouched subtrees are shared, and `memo` (id -> node) keeps a DAG a DAG
-    across calls with the same `change`."""
+def map_nodes(expr, kind, change, memo):
+    """`expr` with every node of type `kind` (its children mapped first)
+    replaced by change(node); untouched subtrees are shared, and `memo`
+    (id -> node) keeps a DAG a DAG across calls with the same `change`."""
     if id(expr) in memo:
         return memo[id(expr)]
     changes = {}
     for f in fields(expr):
         value = getattr(expr, f.name)
         if isinstance(value, Expr):
-            mapped = map_loads(value, change, memo)
+            mapped = map_nodes(value, kind, change, memo)
         elif isinstance(value, tuple) and any(isinstance(v, Expr) for v in value):
-            mapped = tuple(map_loads(v, change, memo) for v in value)
+            mapped = tuple(map_nodes(v, kind, change, memo) for v in value)
             if all(a is b for a, b in zip(mapped, value)):
                 mapped = value
         else:
@@ -275,11 +275,11 @@ def map_loads(expr, change, memo):
         if mapped is not value:
             changes[f.name] = mapped
     node = replace(expr, **changes) if changes else expr
-    memo[id(expr)] = change(node) if isinstance(node, Load) else node
+    memo[id(expr)] = change(node) if isinstance(node, kind) else node
     return memo[id(expr)]
 
 
 def rename_buffer(expr, old, new, memo):
     """`expr` with loads of buffer `old` reading buffer `new`."""
-    return map_loads(expr, lambda load: replace(load, buffer=new) if load.buffer == old else load,
-                     memo)
+    return map_nodes(expr, Load, lambda load: replace(load, buffer=new)
+                     if load.buffer == old else load, memo)

@@ -14,5 +14,33 @@ def host(value):
 
 
 def array(value):
-    """`value` as an array with shape and dtype, left where it is."""
-    return value if on_device(value) else np.asarray(value)
+    """`value` as an array with shape and dtype, left where it is (Rows too)."""
+    return value if on_device(value) or type(value) is Rows else np.asarray(value)
+
+
+class Rows:
+    """Rows `indices` of the C-contiguous array `source`, not gathered yet: a
+    shuffled batch of training data. A multi-step native call copies the rows
+    itself, each right before the step that reads them (backends/cpu/
+    stepper.py); anything else gets them gathered by np.asarray."""
+    __slots__ = ("source", "indices")
+
+    def __init__(self, source, indices):
+        self.source, self.indices = source, indices
+
+    @property
+    def shape(self):
+        return (len(self.indices), *self.source.shape[1:])
+
+    @property
+    def dtype(self):
+        return self.source.dtype
+
+    def __array__(self, dtype=None, copy=None):
+        rows = np.take(self.source, self.indices, axis=0)
+        return rows if dtype is None else rows.astype(dtype, copy=False)
+
+
+def gathered(value):
+    """`value`, with Rows gathered into an array."""
+    return np.asarray(value) if type(value) is Rows else value

@@ -26,11 +26,13 @@ import contextvars
 import numpy as np
 import tensorflow as tf
 from keras.src.backend.tensorflow import trainer as tf_trainer
-from keras.src.trainers.data_adapters import array_data_adapter, data_adapter_utils
+from keras.src.trainers.data_adapters import (array_data_adapter, array_slicing,
+                                              data_adapter_utils)
 from keras.src.trainers.epoch_iterator import EpochIterator
 from keras.src import tree
 from keras.src.utils import python_utils
 
+from .arrays import Rows
 from .prefetch import Prefetcher
 
 _KERAS_ITERATOR = tf_trainer.TFEpochIterator
@@ -44,25 +46,33 @@ _PREFETCHERS = contextvars.ContextVar("kerasjit_prefetchers", default=None)
 # The Keras internals used here (Keras 3's TF trainer and epoch iterator); a Keras
 # without them keeps every input on its tf.data path.
 _SUPPORTED = hasattr(EpochIterator, "_enumerate_iterator")
+# Keras's batching by index, which lazy batches reuse (else they are gathered as usual).
+_LAZY = hasattr(array_data_adapter.ArrayDataAdapter, "_get_iterator") \
+    and hasattr(array_slicing, "convert_to_sliceable")
 
 
 class ArrayEpochIterator(EpochIterator):
     """Keras's numpy epoch iterator, handing over the batch iterator itself as
     TFEpochIterator does: the TF trainer's functions draw up to
     steps_per_execution batches from it, and a short last execution is not
-    'running out of data' (the numpy iterator would warn so). Batches are
-    drawn ahead on a second thread (prefetch.py), except with
-    shuffle="batch", which draws from numpy's global RNG for every batch: on
-    another thread those draws would interleave with the caller's."""
+    'running out of data' (the numpy iterator would warn so).
+
+    With one step per call, batches are drawn ahead on a second thread
+    (prefetch.py), except with shuffle="batch", which draws from numpy's
+    global RNG for every batch: on another thread those draws would
+    interleave with the caller's. With several, a shuffled batch stays Rows
+    of the data, which the native call gathers itself (arrays.Rows): the
+    same batches, in the same order, from the same RNG draws."""
 
     def __init__(self, *args, shuffle=False, **kwargs):
         super().__init__(*args, shuffle=shuffle, **kwargs)
         self._prefetch = shuffle != "batch"
 
     def _get_iterator(self):
-        # As many batches ahead as one call of the step function takes: with
-        # steps_per_execution those run as one native call, and the next call's
-        # batches are drawn meanwhile.
+        if self.steps_per_execution > 1 and _LAZY \
+                and isinstance(self.data_adapter, array_data_adapter.ArrayDataAdapter):
+            return self._lazy_batches()
+        # As many batches ahead as one call of the step function takes.
         batches = super()._get_iterator()
         if not self._prefetch:
             return batches
@@ -71,6 +81,20 @@ class ArrayEpochIterator(EpochIterator):
         if owners is not None:
             owners.append(prefetcher)
         return prefetcher
+
+    def _lazy_batches(self):
+        """Keras's numpy batches, where a batch of rows picked by index (a
+        shuffled one) of a C-contiguous numpy array is those Rows instead."""
+        adapter = self.data_adapter
+        inputs = array_slicing.convert_to_sliceable(adapter._inputs, target_backend="numpy")
+
+        def take(sliceable, indices=None):
+            source = getattr(sliceable, "array", None)
+            if type(indices) is np.ndarray and type(source) is np.ndarray \
+                    and source.dtype.kind in "biuf" and source.flags.c_contiguous:
+                return Rows(source, indices)
+            return sliceable.convert_to_numpy(sliceable[indices])
+        return adapter._get_iterator(take, inputs)
 
     def __next__(self):
         return next(self._epoch_iterator)

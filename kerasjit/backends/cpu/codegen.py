@@ -12,13 +12,15 @@ import re
 
 from llvmlite import ir
 
+from ...kernels.collapse import collapse_dims
 from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, ImplicitGemm, Index, Load,
                            LoopKernel, Op, Reduce, ReduceVar, ScatterKernel, Var, leaf_steps,
                            walk)
 from ...kernels.storage import loaded
 from . import implicit_gemm, narrow_gemm, parallel
 from .blas import SGEMM_SYMBOL, THREADS_LOCAL_SYMBOL
-from .llvm_types import I64, PTR, counted_loop, memory_type, register_type, unflatten
+from .llvm_types import (I64, PTR, counted_loop, memory_type, register_type, run_time_loop,
+                         unflatten)
 from .ops import OpEmitter
 from .profile import Counters
 
@@ -78,7 +80,7 @@ class _KernelBuilder:
         def inner(i):
             self.nest(extents[1:], body, prefix + (i,))
         if outermost and self.split:     # this thread's rows [lo, hi) only
-            parallel.run_time_loop(self.b, self.fn, *self.fn.args[-2:], inner)
+            run_time_loop(self.b, self.fn, *self.fn.args[-2:], inner)
         else:
             self.loop(extents[0], inner)
 
@@ -99,8 +101,11 @@ class _KernelBuilder:
             env = {"index": index, "reduce": {}}
             for bid, expr in self.kernel.stores:
                 value = self.render(expr, values, env)
-                at = index if target is None else [self.render(t, values, env) for t in target]
-                self.store(bid, expr.dtype, at, value)
+                if target is None:    # (at the loop index, whose dims collapse_dims may merge)
+                    self.store(bid, expr.dtype, index, value, dims)
+                else:
+                    self.store(bid, expr.dtype, [self.render(t, values, env) for t in target],
+                               value)
         self.nest(list(dims), element, outermost=True)
         self.b.ret_void()
 
@@ -131,20 +136,22 @@ class _KernelBuilder:
         self.nest(list(red.extents), term)
 
     # ------------------------------------------------------------ memory
-    def address(self, bid, index):
+    def address(self, bid, index, dims=None):
+        """Where buffer `bid`'s element `index` lies, the buffer laid out
+        row-major as `dims` (by default its own)."""
         buf = self.program.buffers[bid]
         flat = ir.Constant(I64, 0)
         stride = 1
-        for i, n in reversed(list(zip(index, buf.dims))):
+        for i, n in reversed(list(zip(index, dims or buf.dims))):
             if n != 1:
                 flat = self.b.add(flat, self.b.mul(i, ir.Constant(I64, stride)))
             stride *= n
         return self.b.gep(self.pointers[bid], [flat], inbounds=True, source_etype=memory_type(buf.dtype))
 
-    def store(self, bid, dtype, index, value):
+    def store(self, bid, dtype, index, value, dims=None):
         if dtype == "pred":
             value = self.b.zext(value, ir.IntType(8))
-        self.b.store(value, self.address(bid, index))
+        self.b.store(value, self.address(bid, index, dims))
 
     def load(self, node, index):
         value = self.b.load(self.address(node.buffer, index), typ=memory_type(node.dtype))
@@ -349,6 +356,8 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
                  may_split and implicit_gemm.worth_splitting(step, blocks_total),
                  blocks_total, [ir.Constant(I64, 0), ir.Constant(I64, blocks_total)])
         else:
+            if not rows_can_accumulate(step):     # (those keep their rows, to add along)
+                step = collapse_dims(step, program.buffers)
             buffers = kernel_buffers(step)
             split = may_split and parallel.worth_splitting(step, outer_dims(step))
             fn = ir.Function(module, ir.FunctionType(

@@ -6,7 +6,8 @@ import numpy as np
 
 from ...hlo.shape import DTYPES
 from .. import one_call_at_a_time
-from .stepper import run_steps
+from ...runtime.arrays import Rows
+from .stepper import GATHER_FIELDS, RING, run_steps
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
@@ -118,14 +119,18 @@ class CpuExecutable:
         """The cluster `n` times in one native call.
 
         args: per parameter, its value (for indices in `per_step`, a list of n
-        values: step s reads the s-th, in place, without stacking copies).
+        values: step s reads the s-th, in place, without stacking copies; Rows
+        are gathered by the driver right before their step).
         carried: parameter index -> output index whose value the parameter
-        takes from the step before (variables). Outputs in `stacked_outputs` come back with a leading [n]
-        axis (every step's value); the others hold the last step's. A donated
-        parameter is updated in place, so it needs no carrying.
+        takes from the step before (variables). Outputs in `stacked_outputs`
+        come back with a leading [n] axis (every step's value); the others hold
+        the last step's. A donated parameter is updated in place, so it needs
+        no carrying.
         """
         program, steps = self.program, np.arange(n, dtype=np.int64)
-        params = self._params(args, per_step)
+        gathers = {p: g for p in per_step if (g := self._gather(program.params[p], args[p]))}
+        params = self._params([gathers[p][0][0] if p in gathers else a
+                               for p, a in enumerate(args)], set(per_step) - set(gathers))
         # Two alternating sets for outputs kept from the last step only: a step
         # reads the previous step's set (carried variables) and writes the other.
         sets = [self._outputs(params) for _ in range(min(n, 2))]
@@ -136,7 +141,10 @@ class CpuExecutable:
             slots.append(bid)
             rows.append(np.broadcast_to(pointers, (n,)))
         for p, (bid, a) in enumerate(zip(program.params, params)):
-            if p in per_step:
+            if p in gathers:      # step s reads ring buffer s % RING
+                ring = gathers[p][0]
+                patch(bid, _address(ring) + steps % RING * (ring.nbytes // RING))
+            elif p in per_step:
                 patch(bid, [_address(x) for x in a])
             elif p in carried and carried[p] not in program.aliases:
                 written = [_address(s[carried[p]]) for s in sets]
@@ -151,8 +159,30 @@ class CpuExecutable:
                 patch(bid, np.resize([_address(s[o]) for s in sets], n))
         pointers = np.ascontiguousarray(np.stack(rows), dtype=np.int64)
         slots = np.asarray(slots, np.int64)
+        fields = np.array([g[2] for g in gathers.values()], np.int64).reshape(-1, GATHER_FIELDS)
         self._bound = [None] * len(self._bound)   # the table holds the last step's now
         run_steps()(ctypes.cast(self._entry, ctypes.c_void_p), self._table_address, n,
-                    len(slots), slots.ctypes.data, pointers.ctypes.data)
+                    len(slots), slots.ctypes.data, pointers.ctypes.data, len(fields),
+                    fields.ctypes.data)
         last = sets[(n - 1) % 2]
         return [stacked[o] if o in stacked else last[o] for o in range(len(program.outputs))]
+
+    def _gather(self, bid, values):
+        """(RING buffers for the rows, their row indices, the driver's gather
+        fields) where every step's value of parameter buffer `bid` is Rows of
+        one source laid out as the parameter, else None (also where an index
+        is out of range: gathering in numpy then raises the error)."""
+        shape, dtype = self._specs[bid]
+        source = getattr(values[0], "source", None)
+        if source is None or source.dtype != dtype or not source.flags.c_contiguous \
+                or source.shape[1:] != shape[1:] or not shape or not all(
+                    type(v) is Rows and v.source is source and len(v.indices) == shape[0]
+                    for v in values):
+            return None
+        indices = np.concatenate([v.indices for v in values]).astype(np.int64, copy=False)
+        if indices.size and not 0 <= indices.min() <= indices.max() < len(source):
+            return None
+        ring = np.empty((RING, *shape), dtype)
+        row_bytes = ring.nbytes // RING // max(1, shape[0])
+        return ring, indices, [_address(ring), source.ctypes.data, row_bytes,
+                               indices.ctypes.data, shape[0]]

@@ -21,8 +21,7 @@ import math
 
 from llvmlite import ir
 
-from .llvm_types import I64, PTR, counted_loop, unflatten
-from .parallel import run_time_loop
+from .llvm_types import I64, PTR, counted_loop, run_time_loop, unflatten
 from .vector_code import VectorCode, blocks
 
 MAX_PIECES = 4                  # feature vectors per block

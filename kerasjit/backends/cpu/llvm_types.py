@@ -54,6 +54,23 @@ def counted_loop(b, fn, extent, body):
     b.position_at_end(done)
 
 
+def run_time_loop(b, fn, lo, hi, body):
+    """for (i = lo; i < hi; ++i) body(i), bounds known only at run time
+    (a split kernel's outermost loop: its part of the rows)."""
+    pre = b.block
+    head, loop, done = (fn.append_basic_block(s) for s in ("for", "body", "done"))
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64)
+    i.add_incoming(lo, pre)
+    b.cbranch(b.icmp_signed("<", i, hi), loop, done)
+    b.position_at_end(loop)
+    body(i)
+    i.add_incoming(b.add(i, ir.Constant(I64, 1)), b.block)
+    b.branch(head)
+    b.position_at_end(done)
+
+
 def unflatten(b, flat, extents):
     """The row-major indices (i64 values) of position `flat` in a box of
     `extents`; the outermost index is not reduced (flat may run past the box)."""

@@ -31,7 +31,7 @@ from ...kernels.ir import (ChunkLoop, GemmCall, ImplicitGemm, Index, Op, Reduce,
                            ScatterKernel, children, leaf_steps, walk)
 from . import narrow_gemm
 from .blas import SINGLE_THREAD_MNK
-from .llvm_types import I1, I32, I64, PTR
+from .llvm_types import I1, I32, I64, PTR, run_time_loop
 
 THREADS_SYMBOL = "kerasjit_threads"
 SPLIT_SYMBOL = "kerasjit_split"
@@ -193,20 +193,3 @@ def _splitter(module):
     run_time_loop(b, fn, one, n, finish)
     b.ret_void()
     return fn
-
-
-def run_time_loop(b, fn, lo, hi, body):
-    """for (i = lo; i < hi; ++i) body(i), bounds known only at run time
-    (a split kernel's outermost loop: its part of the rows)."""
-    pre = b.block
-    head, loop, done = (fn.append_basic_block(s) for s in ("for", "body", "done"))
-    b.branch(head)
-    b.position_at_end(head)
-    i = b.phi(I64)
-    i.add_incoming(lo, pre)
-    b.cbranch(b.icmp_signed("<", i, hi), loop, done)
-    b.position_at_end(loop)
-    body(i)
-    i.add_incoming(b.add(i, ir.Constant(I64, 1)), b.block)
-    b.branch(head)
-    b.position_at_end(done)

@@ -1,66 +1,170 @@
 """Several steps in one native call: a loop that re-points a cluster's buffer
-table between calls of its entry.
+table between calls of its entry, and gathers shuffled batches on the way.
 
 Everything that changes from step to step is a buffer pointer: the batch
-(a row of a stacked array), the variables (the previous step's outputs) and
+(each step's own array), the variables (the previous step's outputs) and
 the outputs (alternating between two sets, or rows of a stacked array). The
 caller precomputes those pointers as a [slots, steps] matrix with numpy, so
 n steps cost one ctypes call and no Python per step.
+
+A shuffled batch (runtime.arrays.Rows: rows of the training data picked by
+Keras's permutation) is copied row by row into one of RING buffers, which
+the step's pointers name in turn. A thread of the call's own gathers step
+s + 1's rows while step s runs (one thread per call: starting one costs as
+much as a gather), so reading the data from memory overlaps the
+arithmetic; the two meet through a pair of counters (steps gathered, steps
+done). Where no thread can be had, or the process may use one core only,
+the loop gathers each step's rows itself before running it.
 """
 import ctypes
 
 from llvmlite import ir
 
 from . import engine
+from .llvm_types import I1, I32, I64, PTR, run_time_loop
+from .parallel import TASK, THREADS_SYMBOL
 
 _NAME = "kerasjit_run_steps"
-_I64 = ir.IntType(64)
-_PTR = ir.PointerType()
+GATHER_FIELDS = 5       # per gather: ring, source, row bytes, row indices, rows per step
+RING = 2                # gathered batches in flight: the one a step reads, the next
+_I8 = ir.IntType(8)
 _driver = None
 
 
+class _Builder:
+    """The driver's module under construction, with its few helpers."""
+
+    def __init__(self):
+        self.module = ir.Module(name=_NAME)
+        m = self.module
+        self.memcpy = ir.Function(m, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I1]),
+                                  "llvm.memcpy.p0.p0.i64")
+        self.yield_ = ir.Function(m, ir.FunctionType(I32, []), "sched_yield")
+        self.create = ir.Function(m, ir.FunctionType(I32, [PTR, PTR, PTR, PTR]), "pthread_create")
+        self.join = ir.Function(m, ir.FunctionType(I32, [I64, PTR]), "pthread_join")
+        self.threads = ir.GlobalVariable(m, I64, THREADS_SYMBOL)   # (parallel.py sets it)
+
+    @staticmethod
+    def at(b, base, i, kind=I64):
+        return b.load(b.gep(base, [i], source_etype=kind), typ=kind)
+
+    def gather(self, b, fn, gathers, g, s):
+        """Step s's rows of each of the g gathers into its ring buffer."""
+        zero = ir.Constant(I64, 0)
+
+        def one(i):
+            ring, src, row_bytes, indices, rows = (
+                self.at(b, gathers, b.add(b.mul(i, ir.Constant(I64, GATHER_FIELDS)),
+                                          ir.Constant(I64, f)), PTR if f in (0, 1, 3) else I64)
+                for f in range(GATHER_FIELDS))
+            slot = b.urem(s, ir.Constant(I64, RING))
+            dest = b.gep(ring, [b.mul(b.mul(slot, rows), row_bytes)], source_etype=_I8)
+            first = b.mul(s, rows)
+
+            def row(r):
+                source = self.at(b, indices, b.add(first, r))
+                b.call(self.memcpy, [b.gep(dest, [b.mul(r, row_bytes)], source_etype=_I8),
+                                     b.gep(src, [b.mul(source, row_bytes)], source_etype=_I8),
+                                     row_bytes, ir.Constant(I1, 0)])
+            run_time_loop(b, fn, zero, rows, row)
+        run_time_loop(b, fn, zero, g, one)
+
+    def wait_until(self, b, fn, ready):
+        """Spin (yielding the core) until `ready()` (an i1 built at each try)."""
+        check, wait, done = (fn.append_basic_block(x) for x in ("check", "wait", "go"))
+        b.branch(check)
+        b.position_at_end(check)
+        b.cbranch(ready(), done, wait)
+        b.position_at_end(wait)
+        b.call(self.yield_, [])
+        b.branch(check)
+        b.position_at_end(done)
+
+    def counter(self, b, where):
+        return b.load_atomic(where, "acquire", 8, typ=I64)
+
+    def publish(self, b, value, where):
+        b.store_atomic(value, where, "release", 8)
+
+    def producer(self):
+        """`ptr gatherer(ptr context)`: context {gathers, g, n, &gathered, &done};
+        gathers steps 0..n-1 in order, at most RING ahead of the steps done."""
+        fn = ir.Function(self.module, TASK, f"{_NAME}_gatherer")
+        fn.linkage = "internal"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        context = fn.args[0]
+        gathers, g, n, gathered, done = (self.at(b, context, ir.Constant(I64, f), kind)
+                                         for f, kind in enumerate((PTR, I64, I64, I64, I64)))
+        # (atomics in llvmlite want typed pointers)
+        gathered, done = (b.inttoptr(x, I64.as_pointer()) for x in (gathered, done))
+
+        def step(s):
+            self.wait_until(b, fn, lambda: b.icmp_signed(
+                "<", b.sub(s, self.counter(b, done)), ir.Constant(I64, RING)))
+            self.gather(b, fn, gathers, g, s)
+            self.publish(b, b.add(s, ir.Constant(I64, 1)), gathered)
+        run_time_loop(b, fn, ir.Constant(I64, 0), n, step)
+        b.ret(ir.Constant(PTR, None))
+        return fn
+
+    def driver(self):
+        """void run_steps(entry, table, n, k, slots, pointers, g, gathers):
+        for s < n:
+            step s's rows of the g gathers (gathered ahead by a thread where one runs)
+            for j < k: table[slots[j]] = pointers[j * n + s]
+            entry(table)"""
+        gatherer = self.producer()
+        # A typed pointer: llvmlite takes an indirect call's signature from its callee's type.
+        entry_type = ir.FunctionType(ir.VoidType(), [PTR]).as_pointer()
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [
+            entry_type, PTR, I64, I64, PTR, PTR, I64, PTR]), _NAME)
+        entry, table, n, k, slots, pointers, g, gathers = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
+        gathered, done, thread = (b.alloca(I64) for _ in range(3))
+        context = b.alloca(I64, size=5)
+        for f, value in enumerate((gathers, g, n, gathered, done)):
+            if isinstance(value.type, ir.PointerType):
+                value = b.ptrtoint(value, I64)
+            b.store(value, b.gep(context, [ir.Constant(I64, f)], source_etype=I64))
+        b.store(zero, gathered)
+        b.store(zero, done)
+        # A thread to gather ahead where there is something to gather and a core for it.
+        helped = b.alloca(I1)
+        b.store(ir.Constant(I1, 0), helped)
+        wanted = b.and_(b.icmp_signed(">", g, zero),
+                        b.icmp_signed(">", b.load(self.threads, typ=I64), one))
+        with b.if_then(wanted):
+            rc = b.call(self.create, [thread, ir.Constant(PTR, None), gatherer, context])
+            b.store(b.icmp_signed("==", rc, ir.Constant(I32, 0)), helped)
+        ahead = b.load(helped, typ=I1)
+
+        def step(s):
+            with b.if_else(ahead) as (threaded, alone):
+                with threaded:
+                    self.wait_until(b, fn, lambda: b.icmp_signed(
+                        ">", self.counter(b, gathered), s))
+                with alone:
+                    self.gather(b, fn, gathers, g, s)
+            run_time_loop(b, fn, zero, k, lambda j: b.store(
+                self.at(b, pointers, b.add(b.mul(j, n), s), PTR),
+                b.gep(table, [self.at(b, slots, j)], source_etype=PTR)))
+            b.call(entry, [table])
+            self.publish(b, b.add(s, one), done)
+        run_time_loop(b, fn, zero, n, step)
+        with b.if_then(ahead):
+            b.call(self.join, [b.load(thread, typ=I64), ir.Constant(PTR, None)])
+        b.ret_void()
+        return self.module
+
+
 def _driver_ir():
-    """void run_steps(entry, table, n, k, slots, pointers):
-    for s < n: for j < k: table[slots[j]] = pointers[j * n + s]; entry(table)"""
-    module = ir.Module(name=_NAME)
-    # A typed pointer: llvmlite takes an indirect call's signature from its callee's type.
-    entry_type = ir.FunctionType(ir.VoidType(), [_PTR]).as_pointer()
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(),
-                                             [entry_type, _PTR, _I64, _I64, _PTR, _PTR]), _NAME)
-    entry, table, n, k, slots, pointers = fn.args
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    step_head, patch_head, patch_done, done = (fn.append_basic_block(x) for x in
-                                               ("step", "patch", "call", "done"))
-    b.cbranch(b.icmp_signed(">", n, ir.Constant(_I64, 0)), step_head, done)
-
-    b.position_at_end(step_head)
-    s = b.phi(_I64)
-    s.add_incoming(ir.Constant(_I64, 0), fn.entry_basic_block)
-    b.cbranch(b.icmp_signed(">", k, ir.Constant(_I64, 0)), patch_head, patch_done)
-
-    b.position_at_end(patch_head)
-    j = b.phi(_I64)
-    j.add_incoming(ir.Constant(_I64, 0), step_head)
-    slot = b.load(b.gep(slots, [j], source_etype=_I64), typ=_I64)
-    value = b.load(b.gep(pointers, [b.add(b.mul(j, n), s)], source_etype=_PTR), typ=_PTR)
-    b.store(value, b.gep(table, [slot], source_etype=_PTR))
-    j_next = b.add(j, ir.Constant(_I64, 1))
-    j.add_incoming(j_next, patch_head)
-    b.cbranch(b.icmp_signed("<", j_next, k), patch_head, patch_done)
-
-    b.position_at_end(patch_done)
-    b.call(entry, [table])
-    s_next = b.add(s, ir.Constant(_I64, 1))
-    s.add_incoming(s_next, patch_done)
-    b.cbranch(b.icmp_signed("<", s_next, n), step_head, done)
-
-    b.position_at_end(done)
-    b.ret_void()
-    return module
+    return _Builder().driver()
 
 
 _DRIVER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                           ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
+                           ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                           ctypes.c_void_p)
 
 
 def run_steps():

@@ -1,0 +1,80 @@
+"""Adjacent loop dims merged into one where the kernel only uses them to address memory.
+
+A loop over [784, 10] (a classifier's weight update) runs an inner loop of
+10 elements 784 times: too short for 16-lane vectors, so most of it runs in
+the scalar remainder. Where every use of the two indices is a load of them
+at consecutive positions of a buffer laid out like the loop (row-major, the
+inner extent the same), the address i * inner + j is one flat index f, and
+one loop over 7840 elements computes the same. The rewritten loads keep
+their buffer's rank: zeros at the merged positions but the last, which
+takes f (addresses are row-major sums of index x stride, so the same
+element is read). A renderer applies this just before emitting code, since
+the loads it writes index past their nominal bounds.
+"""
+import math
+from dataclasses import replace
+
+from .ir import S64, Const, Index, Load, LoopKernel, children, map_nodes, walk
+
+
+def _positions(kernel):
+    """Per loop dim, the (load, position) pairs of its index; None for a dim
+    whose index is used in any other way (arithmetic, a store's value)."""
+    uses = {d: [] for d in range(len(kernel.dims))}
+    for _, expr in kernel.stores:
+        if isinstance(expr, Index):
+            uses[expr.dim] = None
+        for node in walk(expr):
+            for position, child in enumerate(children(node)):
+                if isinstance(child, Index) and uses[child.dim] is not None:
+                    if isinstance(node, Load):
+                        uses[child.dim].append((node, position))
+                    else:
+                        uses[child.dim] = None
+    return uses
+
+
+def _mergeable(kernel, buffers, uses, d):
+    """Whether loop dims d and d + 1 may merge: each always follows the other
+    in a load, over a buffer dim as long as the inner loop."""
+    # (Not a dim of 1: renderers skip the index of a buffer's unit dim, and
+    # merging one saves nothing.)
+    inner = kernel.dims[d + 1]
+    if uses[d] is None or uses[d + 1] is None or kernel.dims[d] == 1 or inner == 1:
+        return False
+    for load, p in uses[d]:
+        nxt = load.index[p + 1] if p + 1 < len(load.index) else None
+        if not (isinstance(nxt, Index) and nxt.dim == d + 1
+                and buffers[load.buffer].dims[p + 1] == inner):
+            return False
+    return all(q > 0 and isinstance(load.index[q - 1], Index) and load.index[q - 1].dim == d
+               for load, q in uses[d + 1])
+
+
+def collapse_dims(kernel, buffers):
+    """`kernel` (a LoopKernel) with every run of mergeable adjacent dims merged;
+    the kernel itself where none are."""
+    if type(kernel) is not LoopKernel or len(kernel.dims) < 2:
+        return kernel
+    uses = _positions(kernel)
+    merge = [_mergeable(kernel, buffers, uses, d) for d in range(len(kernel.dims) - 1)]
+    if not any(merge):
+        return kernel
+    groups = [[0]]                      # original dims per new dim
+    for d in range(1, len(kernel.dims)):
+        if merge[d - 1]:
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+    new_dim = {d: g for g, group in enumerate(groups) for d in group}
+    # Only loads use a merged dim's index (_mergeable), and each merged run's
+    # indices sit at consecutive load positions: the last takes the run's flat
+    # index, the others zero. Dims kept alone are renumbered wherever they occur.
+    last = {group[-1] for group in groups}
+    zero = Const(S64, 0)
+    memo = {}
+    stores = [(bid, map_nodes(expr, Index, lambda i: Index(S64, new_dim[i.dim])
+                              if i.dim in last else zero, memo))
+              for bid, expr in kernel.stores]
+    return replace(kernel, dims=tuple(math.prod(kernel.dims[d] for d in group)
+                                      for group in groups), stores=stores)
