@@ -48,7 +48,7 @@ def _array_structure_key(obj, flat):
 
 
 def _signature(flat):
-    return tuple(None if a is None else (a.shape, a.dtype.str) for a in flat)
+    return tuple(None if a is None else (a.shape, a.dtype) for a in flat)
 
 
 def _packer(structure):

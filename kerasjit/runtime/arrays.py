@@ -21,20 +21,14 @@ def array(value):
 class Rows:
     """Rows `indices` of the C-contiguous array `source`, not gathered yet: a
     shuffled batch of training data. A multi-step native call copies the rows
-    itself, each right before the step that reads them (backends/cpu/
-    stepper.py); anything else gets them gathered by np.asarray."""
-    __slots__ = ("source", "indices")
+    itself, while the step before runs (backends/cpu/stepper.py); anything
+    else gets them gathered by np.asarray."""
+    __slots__ = ("source", "indices", "shape", "dtype")
 
     def __init__(self, source, indices):
         self.source, self.indices = source, indices
-
-    @property
-    def shape(self):
-        return (len(self.indices), *self.source.shape[1:])
-
-    @property
-    def dtype(self):
-        return self.source.dtype
+        self.shape = (len(indices), *source.shape[1:])    # (read per batch: kept)
+        self.dtype = source.dtype
 
     def __array__(self, dtype=None, copy=None):
         rows = np.take(self.source, self.indices, axis=0)
