@@ -17,6 +17,12 @@ from .functional import node_name, tensor_name
 from .partition import Node, partition
 
 _SOURCE_OPS = {"Placeholder", "Const"}
+# Ops with which TensorFlow's own kernels (oneDNN's convolutions) can beat the
+# compiled cluster: only clusters holding one race. Elsewhere compiled code
+# won every race measured (dense models up to 4096 wide: 1.5-2.6x, the
+# benchmark's 3-19x), and a race costs TensorFlow's trace of the cluster and
+# its first run (~0.4 s of the MLP's first fit).
+_RACED_OPS = ("Conv", "DepthwiseConv")
 
 
 class Planner:
@@ -147,7 +153,7 @@ class Planner:
             run.specializer = Specializer(self._compile_fn(fn, self._donations(members, inputs,
                                                                                outputs)),
                                           name, self.cap, self.events)
-            if self.race:
+            if self.race and any(op.startswith(_RACED_OPS) for _, op in ops):
                 run.race = Race(name)
             specs = self._input_specs(inputs)
             if specs is None:             # shapes known only at run time
@@ -171,8 +177,8 @@ class Planner:
 
 def build_program(fg, backend, cap=8, events=None, race=True):
     """Program for `fg`; run-time compiles are appended to `events`. With `race`
-    (and a backend that races), each compiled cluster is timed against
-    TensorFlow on its first calls and the faster one keeps it."""
+    (and a backend that races), each compiled cluster with a convolution is
+    timed against TensorFlow on its first calls and the faster one keeps it."""
     planner = Planner(fg, backend, cap, events, race)
     clusters = planner.plan()
     constants = {}
