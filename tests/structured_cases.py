@@ -99,3 +99,14 @@ DOT_CONV_POOL = {
         for size, stride, padding in ((2, 2, "SAME"), (2, 3, "VALID"), (3, 3, "SAME"))],
         (np.round(rand(2, 7, 8, 3) * 2).astype(np.float32),)),
 }
+
+
+# A window walking the weights backwards (rhs_reversal; the bridge reverses
+# weights with a reverse op instead) and negative padding, in HLO text.
+REVERSED_WINDOW = ("""HloModule reversed_window
+ENTRY %e (x: f32[2,6,3], k: f32[3,3,4]) -> f32[2,4,4] {
+  %x = f32[2,6,3] parameter(0)
+  %k = f32[3,3,4] parameter(1)
+  ROOT %c = f32[2,4,4] convolution(f32[2,6,3] %x, f32[3,3,4] %k), window={size=3 pad=1_-1 rhs_reversal=1}, dim_labels=b0f_0io->b0f
+}
+""", (rand(2, 6, 3), rand(3, 3, 4, seed=1)))

@@ -6,7 +6,8 @@ backend compiles them on the device. Numerics: the same kernel source, built
 by g++ as C++ (cuda_host.py), is run on random inputs and compared with
 the numpy evaluator: every elementwise opcode per dtype, and the structured
 ops whose kernels are not GEMMs (dots and depthwise convolution as
-reductions, select-and-scatter, variadic reductions, Philox bits).
+reductions, convolutions as implicit GEMMs with and without epilogues,
+select-and-scatter, variadic reductions, Philox bits).
 """
 import functools
 import math
@@ -18,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 from kerasjit import workloads
+from kerasjit.backends.gpu import lowered
 from kerasjit.backends.gpu.cuda_ops import PRELUDE
 from kerasjit.backends.gpu.cuda_render import kernel_names, render_program
 from kerasjit.backends.gpu.executable import GpuExecutable
@@ -25,23 +27,26 @@ from kerasjit.frontend.bridge import hlo_module, literals_from_proto
 from kerasjit.hlo import parse_module
 from kerasjit.hlo.evaluator import evaluate
 from kerasjit.hlo.shape import DTYPES
-from kerasjit.kernels.ir import (ChunkIndex, ChunkLoop, GemmCall, LoopKernel, Reduce,
-                                 ScatterKernel, leaf_steps, walk)
+from kerasjit.kernels.ir import (ChunkIndex, ChunkLoop, GemmCall, ImplicitGemm, LoopKernel,
+                                 Reduce, ScatterKernel, leaf_steps, walk)
 from kerasjit.kernels.lower import lower
 from kerasjit.passes import optimize
 
 from cuda_host import HostDevice, Library, tool
 from nvrtc import compile_cuda
-from structured_cases import LOOP_ONLY, depthwise_and_grads, rand
+from structured_cases import (DOT_CONV_POOL, LOOP_ONLY, REVERSED_WINDOW, depthwise_and_grads,
+                              rand)
 from elementwise_cases import (FLOAT_BINARY, FLOAT_UNARY, INT_BINARY, INT_UNARY,
                                elementwise_module)
 
 INTS = ["s8", "u8", "s16", "u16", "s32", "u32", "s64", "u64"]
 
 
-def program_of(module):
+def program_of(module, implicit_gemm=True):
+    """`module` lowered as the GPU backend lowers it (or with convolutions as
+    patch matrices and GEMMs in ChunkLoops, the path of other layouts)."""
     optimize(module)
-    return lower(module)
+    return lowered(module) if implicit_gemm else lower(module)
 
 
 # ------------------------------------------------------------------ compile
@@ -61,7 +66,7 @@ MODELS = {
 
 
 @functools.lru_cache(maxsize=None)     # traced once, shared by the tests below
-def train_step_program(name):
+def train_step_program(name, implicit_gemm=True):
     build, data = MODELS[name]
     keras.utils.set_random_seed(0)
     model = build()
@@ -69,7 +74,7 @@ def train_step_program(name):
     step = tf.function(lambda x, y: model.train_step((x, y)), jit_compile=True)
     ir = step.experimental_get_compiler_ir(x, y)
     constants = literals_from_proto(ir(stage="hlo_serialized"))
-    return program_of(parse_module(ir(stage="hlo"), constants))
+    return program_of(parse_module(ir(stage="hlo"), constants), implicit_gemm)
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -77,7 +82,8 @@ def test_train_step_kernels_compile_with_nvcc(name, tmp_path):
     nvcc = tool("nvcc")
     program = train_step_program(name)
     source, kernels = render_program(program, name)
-    assert len(kernels) == sum(isinstance(s, LoopKernel) for s in leaf_steps(program.steps))
+    assert len(kernels) == sum(isinstance(s, (LoopKernel, ImplicitGemm))
+                               for s in leaf_steps(program.steps))
     (tmp_path / "k.cu").write_text(source)
     done = subprocess.run(
         [nvcc, "-fatbin", "-Werror", "all-warnings", "-o", str(tmp_path / "k.fatbin"),
@@ -101,7 +107,12 @@ def test_train_steps_cover_every_kernel_kind():
                for s in leaf_steps(train_step_program(n).steps) if isinstance(s, LoopKernel)]
     nodes = [node for k in kernels for _, e in k.stores for node in walk(e)]
     assert any(isinstance(n, Reduce) and len(n.accs) > 1 for n in nodes)    # variadic
-    assert any(isinstance(n, ChunkIndex) for n in nodes)                    # conv patches
+    patches = leaf_steps(train_step_program("conv_bn", implicit_gemm=False).steps)
+    assert any(isinstance(n, ChunkIndex) for s in patches if isinstance(s, LoopKernel)
+               for _, e in s.stores for n in walk(e))                       # conv patches
+    gemms = [s for s in leaf_steps(train_step_program("mnist_cnn").steps)
+             if isinstance(s, ImplicitGemm)]
+    assert len(gemms) >= 5 and any(s.epilogue is not None for s in gemms)  # convolutions
     assert any(len(k.stores) > 1 for k in kernels)                          # multi-output
     assert any(getattr(n, "opcode", None) == "shift-right-logical" and n.dtype == "u64"
                for n in nodes)                                              # Philox
@@ -118,7 +129,7 @@ def block_per_element(kernel):
 def test_executable_launches_every_step_in_order(tmp_path):
     """ChunkLoops unrolled: each chunk runs its kernels and GEMMs with its index,
     on a thread per element or, for long reductions, a block per element."""
-    program = train_step_program("conv_bn")
+    program = train_step_program("conv_bn", implicit_gemm=False)
     names = {id(step): name for name, step in kernel_names(program, "m")}
     executable = GpuExecutable(program, HostDevice(tmp_path), names, [])
 
@@ -229,9 +240,20 @@ ENTRY %e (p: pred[4,5], a: {d}[4,5], b: {d}[4,5]) -> ({d}[4,5], {d}[4,5]) {{
     return cases
 
 
-# Structured ops whose programs have no GEMM: only loop kernels run here.
+# Convolutions (implicit GEMMs), with epilogues: bias and relu; Conv1D's reshape on the way.
+CONVOLUTIONS = {
+    **{name: DOT_CONV_POOL[name] for name in
+       ("conv_same_stride1", "conv_valid_stride2", "conv_dilated")},
+    "conv_bias_relu": (lambda x, w, b: tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME") + b),
+                       (rand(2, 6, 5, 3), rand(3, 3, 3, 6, seed=1), rand(6, seed=2))),
+    "conv1d_bias_relu": (lambda x, w, b: tf.nn.relu(tf.nn.conv1d(x, w, 1, "VALID") + b),
+                         (rand(3, 9, 5), rand(3, 5, 7, seed=1), rand(7, seed=2))),
+}
+
+# Structured ops whose programs have no GEMM: only kernels run here.
 STRUCTURED = {
     **LOOP_ONLY,
+    **CONVOLUTIONS,
     "int_matmul": (lambda a, b: tf.matmul(a, b),
                    (np.arange(12, dtype=np.int32).reshape(3, 4) - 5,
                     np.arange(8, dtype=np.int32).reshape(4, 2))),
@@ -258,6 +280,8 @@ class Harness:
             self.cases[name] = (build(), make_args(rng))
         for name, (fn, args) in STRUCTURED.items():
             self.cases[name] = (hlo_module(fn, *[tf.constant(a) for a in args]), list(args))
+        self.cases["reversed_window"] = (parse_module(REVERSED_WINDOW[0]),
+                                         list(REVERSED_WINDOW[1]))
         sources, self.programs = [PRELUDE], {}
         for i, (name, (module, _)) in enumerate(self.cases.items()):
             want = evaluate(module, self.cases[name][1])     # before the passes change it
@@ -280,19 +304,24 @@ def harness(tmp_path_factory):
     return Harness(tmp_path_factory.mktemp("harness"))
 
 
-def test_numerics_cases_are_loop_kernels_only(harness):
+def test_numerics_cases_are_kernels_only(harness):
+    """(No GEMM, which the host device would compute with numpy.)"""
     for name, (program, _, _) in harness.programs.items():
-        assert all(isinstance(s, LoopKernel) for s in leaf_steps(program.steps)), name
+        assert all(isinstance(s, (LoopKernel, ImplicitGemm))
+                   for s in leaf_steps(program.steps)), name
 
 
-@pytest.mark.parametrize("name", [*elementwise_cases(), *STRUCTURED])
+@pytest.mark.parametrize("name", [*elementwise_cases(), *STRUCTURED, "reversed_window"])
 def test_kernels_match_evaluator(harness, name):
     got, want = harness.run(name)
+    # (A convolution's gradients sum float terms in another order than the
+    # evaluator: the CPU backend's tolerance for them.)
+    rtol, atol = (1e-4, 1e-4) if name in CONVOLUTIONS else (1e-5, 1e-6)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
         if w.dtype.kind == "f":
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, equal_nan=True)
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
         else:
             np.testing.assert_array_equal(g, w)
 

@@ -14,10 +14,11 @@ import tensorflow as tf
 
 from kerasjit.backends.cpu import CpuBackend, implicit_gemm
 from kerasjit.kernels.ir import GemmCall, ImplicitGemm, LoopKernel, leaf_steps
+from kerasjit.hlo import parse_module
 from kerasjit.kernels.lower import lower
 from kerasjit.passes import optimize_as_configured
 
-from structured_cases import conv_and_grads, rand
+from structured_cases import REVERSED_WINDOW, conv_and_grads, rand
 import test_cpu_backend
 from test_cpu_backend import bridge, check
 
@@ -147,3 +148,11 @@ def dense_reshape_conv1d_gradient(x, w1, w2):
      (rand(2, 6, 7, 3), rand(3, 3, 3, 5), rand(5, 1)))])
 def test_a_consumer_whose_last_dim_is_not_the_features_is_no_epilogue(fn, args):
     check_compiled(fn, args)
+
+
+def test_a_reversed_window_walks_the_weights_backwards():
+    text, args = REVERSED_WINDOW
+    gemm, = [s for s in lower(parse_module(text), implicit_gemm=True).steps
+             if isinstance(s, ImplicitGemm)]
+    assert gemm.b_offset > 0
+    check(parse_module(text), list(args), rtol=1e-5, atol=1e-5)

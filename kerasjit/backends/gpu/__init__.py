@@ -28,6 +28,11 @@ class HostExecutable:
         return self.inner([host(a) for a in args])
 
 
+def lowered(module, donate=None):
+    """The KernelProgram this backend renders: convolutions as implicit GEMMs."""
+    return lower(module, donate, implicit_gemm=True)
+
+
 class GpuBackend:
     name = "gpu"
     races_tensorflow = False    # TensorFlow's own GPU kernels are not raced (yet)
@@ -41,7 +46,7 @@ class GpuBackend:
         the device; a kernel the device's compiler rejects sends the cluster to the
         CPU backend with a warning naming the cause."""
         optimize_as_configured(module)
-        program = lower(module, donate)
+        program = lowered(module, donate)
         self._count += 1
         name = f"cluster{self._count}"
         source, kernels = render_program(program, name)

@@ -6,7 +6,8 @@ div/mod. Per element, the expression DAG is rendered once into typed const
 locals (memoised, like the CPU renderer's values); a Reduce becomes an
 inner loop nest over mutable accumulator locals, with its Vars bound to
 those locals and to the body values. GemmCall steps are left to the host
-(cuBLAS, between the kernels: executable.py).
+(cuBLAS, between the kernels: executable.py); ImplicitGemm steps (convolutions)
+are rendered by cuda_implicit_gemm.py.
 
 A kernel with a long reduction (BLOCK_REDUCE_TERMS terms or more: a loss
 over the batch, batch-norm statistics over batch and image) is cooperative:
@@ -20,8 +21,9 @@ would sum a scalar loss's terms one after another on one GPU thread.
 import math
 import re
 
-from ...kernels.ir import (ChunkIndex, Const, Index, Load, LoopKernel, Op, Reduce, ReduceVar,
-                           ScatterKernel, Var, leaf_steps, walk)
+from ...kernels.ir import (ChunkIndex, Const, ImplicitGemm, Index, Load, LoopKernel, Op, Reduce,
+                           ReduceVar, ScatterKernel, Var, leaf_steps, walk)
+from . import cuda_implicit_gemm
 from .cuda_ops import PRELUDE, ctype, expression, literal, memory_ctype
 
 SIGNATURE = 'extern "C" __global__ void {name}(void** buffers, long long chunk)'
@@ -52,7 +54,10 @@ def _atomic(kernel):
 def launch_threads(kernel):
     """Threads a launch of `kernel` wants: one per element, for a cooperative
     kernel a block per element, for a non-atomic scatter a single thread (its
-    updates apply in order, several to one element)."""
+    updates apply in order, several to one element), for an implicit GEMM one
+    per tile."""
+    if isinstance(kernel, ImplicitGemm):
+        return cuda_implicit_gemm.tiles(kernel)
     if isinstance(kernel, ScatterKernel) and not _atomic(kernel):
         return 1
     return math.prod(kernel.dims) * (THREADS if _long_reductions(kernel) else 1)
@@ -272,13 +277,16 @@ def _identifier(text):
 
 
 def kernel_names(program, name="cluster"):
-    """[(C function name, LoopKernel)] in execution order, ChunkLoop bodies included."""
-    kernels = [s for s in leaf_steps(program.steps) if isinstance(s, LoopKernel)]
+    """[(C function name, LoopKernel or ImplicitGemm)] in execution order,
+    ChunkLoop bodies included."""
+    kernels = [s for s in leaf_steps(program.steps) if isinstance(s, (LoopKernel, ImplicitGemm))]
     return [(f"{name}_{i}_{_identifier(k.name)}", k) for i, k in enumerate(kernels)]
 
 
 def render_kernel(program, kernel, name):
-    """CUDA C source of one LoopKernel (needs PRELUDE before it)."""
+    """CUDA C source of one LoopKernel or ImplicitGemm (needs PRELUDE before it)."""
+    if isinstance(kernel, ImplicitGemm):
+        return cuda_implicit_gemm.render(program, kernel, name, _KernelWriter, SIGNATURE)
     return _KernelWriter(program, kernel).render(name)
 
 
