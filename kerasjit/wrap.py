@@ -168,10 +168,11 @@ def wrap(model, backend="auto", max_shapes=8, race=True):
     backend: "auto" (best available), "reference" (the numpy evaluator), or a
     compiler backend. max_shapes: how many input shapes a cluster whose shapes
     are known only at run time is compiled for before it stays in TensorFlow.
-    race: time each compiled cluster that holds a convolution against
-    TensorFlow on its first calls and keep TensorFlow where it is clearly
-    faster (a compiler backend only; False always runs compiled code). Bad
-    input raises before the model is changed.
+    race: time each compiled cluster that holds an op TensorFlow may run
+    faster (a convolution, batched matmul or einsum, pooling, a scan, top-k)
+    against TensorFlow on its first calls and keep TensorFlow where it is
+    clearly faster (a compiler backend only; False always runs compiled
+    code). Bad input raises before the model is changed.
     """
     _check_model(model)
     previous = getattr(model, "_kerasjit", None)

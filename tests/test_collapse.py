@@ -71,3 +71,16 @@ def test_unit_dims_stay_apart():
     assert collapsed_dims(hlo("""
   %x = f32[2,1,3] parameter(0)
   ROOT %y = f32[2,1,3] abs(%x)""")) == (2, 1, 3)
+
+
+def test_a_unit_dim_broadcast_by_skipping_its_index_keeps_the_dims():
+    # (XLA allows a broadcast that keeps a unit dim; the renderer reads it by
+    # skipping that index, so merging it would read past the buffer.)
+    module = parse_module(hlo("""
+  %x = f32[7,10] parameter(0)
+  %row = f32[1,10] parameter(1)
+  %b = f32[7,10] broadcast(%row), dimensions={0,1}
+  ROOT %y = f32[7,10] add(%x, %b)"""))
+    program = lower(module)
+    kernel, = [s for s in program.steps if isinstance(s, LoopKernel)]
+    assert collapse_dims(kernel, program.buffers).dims == (7, 10)

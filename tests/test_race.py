@@ -16,12 +16,20 @@ X = np.random.default_rng(0).normal(size=(64, 6)).astype(np.float32)
 Y = keras.utils.to_categorical(np.random.default_rng(1).integers(0, 3, 64), 3)   # float64
 
 
-def model(convolution=True, **wrap_kwargs):
-    """A step of one cluster; with a convolution (what TensorFlow's oneDNN
-    kernels may run faster, so the cluster races) or without."""
+FIRST_LAYERS = {   # what TensorFlow may run faster (so the cluster races), or not
+    "convolution": lambda: [keras.layers.Reshape((6, 1)),
+                            keras.layers.Conv1D(4, 3, activation="relu"), keras.layers.Flatten()],
+    "batched matmul": lambda: [keras.layers.Reshape((2, 3)), keras.layers.Lambda(
+        lambda t: keras.ops.matmul(t, keras.ops.transpose(t, (0, 2, 1)))),
+        keras.layers.Flatten()],
+    "dense": lambda: [keras.layers.Dense(5, activation="relu")],
+}
+
+
+def model(first="convolution", **wrap_kwargs):
+    """A step of one cluster, starting with FIRST_LAYERS[first]."""
     keras.utils.set_random_seed(3)
-    first = [keras.layers.Reshape((6, 1)), keras.layers.Conv1D(4, 3, activation="relu"),
-             keras.layers.Flatten()] if convolution else [keras.layers.Dense(5, activation="relu")]
+    first = FIRST_LAYERS[first]()
     m = keras.Sequential([keras.Input((6,)), *first, keras.layers.Dense(3, activation="softmax")])
     m.compile(optimizer="sgd", loss="categorical_crossentropy")
     return kerasjit.wrap(m, **wrap_kwargs) if wrap_kwargs else m
@@ -63,6 +71,13 @@ def test_tensorflow_takes_over_a_cluster_it_runs_clearly_faster(slow_compiled_co
     assert len(cluster.race.times["compiled"]) == len(cluster.race.times["tensorflow"]) == TRIALS
 
 
+def test_a_batched_matmul_races():
+    wrapped = model("batched matmul", backend="cpu")
+    train(wrapped, epochs=1)
+    (cluster,) = clusters(wrapped)
+    assert cluster.race is not None and cluster.race.winner is not None
+
+
 def test_compiled_code_that_is_faster_keeps_the_cluster():
     wrapped = model(backend="cpu")
     with warnings.catch_warnings():
@@ -77,8 +92,8 @@ def test_compiled_code_that_is_faster_keeps_the_cluster():
 
 @pytest.mark.parametrize("wrap_kwargs", [
     {"backend": "cpu", "race": False}, {"backend": "reference"},
-    {"backend": "cpu", "convolution": False}], ids=["race=False", "reference", "no convolution"])
-def test_no_race_without_one_asked_for_the_oracle_or_without_convolutions(
+    {"backend": "cpu", "first": "dense"}], ids=["race=False", "reference", "dense"])
+def test_no_race_without_one_asked_for_the_oracle_or_for_dense_math(
         wrap_kwargs, slow_compiled_code):
     wrapped = model(**wrap_kwargs)
     train(wrapped, epochs=1)

@@ -17,12 +17,16 @@ from .functional import node_name, tensor_name
 from .partition import Node, partition
 
 _SOURCE_OPS = {"Placeholder", "Const"}
-# Ops with which TensorFlow's own kernels (oneDNN's convolutions) can beat the
-# compiled cluster: only clusters holding one race. Elsewhere compiled code
+# Ops with which TensorFlow's own kernels can beat the compiled cluster, whose
+# clusters race: convolutions (oneDNN's), and what becomes loop nests here
+# rather than sgemm or generated GEMMs: batched matmuls and einsums
+# (attention's scores ran 3.3 ms in TensorFlow, 10.8 compiled), pooling,
+# scans, top-k. Clusters of elementwise math, 2-D matmuls and reductions
 # won every race measured (dense models up to 4096 wide: 1.5-2.6x, the
 # benchmark's 3-19x), and a race costs TensorFlow's trace of the cluster and
 # its first run (~0.4 s of the MLP's first fit).
-_RACED_OPS = ("Conv", "DepthwiseConv")
+_RACED_OPS = ("Conv", "DepthwiseConv", "BatchMatMul", "Einsum", "MaxPool", "AvgPool",
+              "Cumsum", "Cumprod", "TopK")
 
 
 class Planner:
@@ -177,8 +181,9 @@ class Planner:
 
 def build_program(fg, backend, cap=8, events=None, race=True):
     """Program for `fg`; run-time compiles are appended to `events`. With `race`
-    (and a backend that races), each compiled cluster with a convolution is
-    timed against TensorFlow on its first calls and the faster one keeps it."""
+    (and a backend that races), each compiled cluster with an op of
+    _RACED_OPS is timed against TensorFlow on its first calls and the
+    faster one keeps it."""
     planner = Planner(fg, backend, cap, events, race)
     clusters = planner.plan()
     constants = {}

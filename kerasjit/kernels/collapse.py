@@ -37,15 +37,18 @@ def _positions(kernel):
 def _mergeable(kernel, buffers, uses, d):
     """Whether loop dims d and d + 1 may merge: each always follows the other
     in a load, over a buffer dim as long as the inner loop."""
-    # (Not a dim of 1: renderers skip the index of a buffer's unit dim, and
+    # (Not a loop dim of 1: renderers skip the index of a buffer's unit dim, and
     # merging one saves nothing.)
     inner = kernel.dims[d + 1]
     if uses[d] is None or uses[d + 1] is None or kernel.dims[d] == 1 or inner == 1:
         return False
     for load, p in uses[d]:
         nxt = load.index[p + 1] if p + 1 < len(load.index) else None
+        dims = buffers[load.buffer].dims
+        # (Both buffer dims as long as the loop's: a unit one indexed by a longer
+        # loop dim is a broadcast the renderer makes by skipping its index.)
         if not (isinstance(nxt, Index) and nxt.dim == d + 1
-                and buffers[load.buffer].dims[p + 1] == inner):
+                and dims[p] == kernel.dims[d] and dims[p + 1] == inner):
             return False
     return all(q > 0 and isinstance(load.index[q - 1], Index) and load.index[q - 1].dim == d
                for load, q in uses[d + 1])

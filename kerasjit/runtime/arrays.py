@@ -31,6 +31,8 @@ class Rows:
         self.dtype = source.dtype
 
     def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError("Rows are gathered into a new array: a copy cannot be avoided")
         rows = np.take(self.source, self.indices, axis=0)
         return rows if dtype is None else rows.astype(dtype, copy=False)
 

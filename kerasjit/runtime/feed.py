@@ -60,18 +60,21 @@ class ArrayEpochIterator(EpochIterator):
     With one step per call, batches are drawn ahead on a second thread
     (prefetch.py), except with shuffle="batch", which draws from numpy's
     global RNG for every batch: on another thread those draws would
-    interleave with the caller's. With several, a shuffled batch stays Rows
-    of the data, which the native call gathers itself (arrays.Rows): the
-    same batches, in the same order, from the same RNG draws."""
+    interleave with the caller's. With several, none are drawn ahead: a
+    shuffled batch stays Rows of the data, which the native call gathers
+    itself (arrays.Rows), and an unshuffled one is a view of the data; the
+    same batches, in the same order, from the same RNG draws. (Inputs given
+    as a dict, or steps that are no single compiled cluster, gather their
+    Rows with numpy on the calling thread.)"""
 
     def __init__(self, *args, shuffle=False, **kwargs):
         super().__init__(*args, shuffle=shuffle, **kwargs)
         self._prefetch = shuffle != "batch"
 
     def _get_iterator(self):
-        if self.steps_per_execution > 1 and _LAZY \
-                and isinstance(self.data_adapter, array_data_adapter.ArrayDataAdapter):
-            return self._lazy_batches()
+        lazy = self._lazy_batches() if self.steps_per_execution > 1 else None
+        if lazy is not None:
+            return lazy
         # As many batches ahead as one call of the step function takes.
         batches = super()._get_iterator()
         if not self._prefetch:
@@ -84,9 +87,14 @@ class ArrayEpochIterator(EpochIterator):
 
     def _lazy_batches(self):
         """Keras's numpy batches, where a batch of rows picked by index (a
-        shuffled one) of a C-contiguous numpy array is those Rows instead."""
+        shuffled one) of a C-contiguous numpy array is those Rows instead;
+        None where this Keras's array adapter lacks what they need."""
         adapter = self.data_adapter
-        inputs = array_slicing.convert_to_sliceable(adapter._inputs, target_backend="numpy")
+        data = getattr(adapter, "_inputs", None)
+        if not _LAZY or data is None \
+                or not isinstance(adapter, array_data_adapter.ArrayDataAdapter):
+            return None
+        inputs = array_slicing.convert_to_sliceable(data, target_backend="numpy")
 
         def take(sliceable, indices=None):
             source = getattr(sliceable, "array", None)

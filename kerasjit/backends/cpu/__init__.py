@@ -11,7 +11,7 @@ from ... import __version__
 from ...kernels.ir import LoopKernel, Reduce, leaf_steps, walk
 from ...kernels.lower import lower
 from ...passes import optimize, optimize_as_configured
-from . import cache, engine, profile
+from . import cache, engine, parallel, profile
 from .blas import register_blas_symbols
 from .codegen import render_program
 from .executable import CpuExecutable
@@ -53,7 +53,8 @@ class CpuBackend:
         if key in self.loaded:          # same HLO again in this process: share the code
             optimize(module)
             record, address = self.loaded[key]
-            return CpuExecutable(record["program"], address, record["kernels"])
+            return CpuExecutable(record["program"], address, record["kernels"],
+                                 record["cores_free"])
         record = cache.load(key)
         if record is None:
             optimize_as_configured(module)
@@ -65,6 +66,8 @@ class CpuBackend:
             # What the executable needs of the program; expressions live in the code now.
             record = {"program": dataclasses.replace(program, steps=[]),
                       "object": code, "entry": f"{name}_entry", "kernels": kernels,
+                      "cores_free": parallel.cores_free(program.steps, parallel.gemms_alone_below(
+                          program.steps, blas_threads_local)),
                       "counters": counters and (counters.global_name, counters.labels)}
             cache.store(key, record)
         else:
@@ -75,7 +78,8 @@ class CpuBackend:
             profile.register(record["entry"].removesuffix("_entry"), labels,
                              engine.global_address(global_name))
         self.loaded[key] = (record, address)
-        return CpuExecutable(record["program"], address, record["kernels"])
+        return CpuExecutable(record["program"], address, record["kernels"],
+                             record["cores_free"])
 
 
 BACKEND = CpuBackend()

@@ -1,13 +1,14 @@
 """A compiled cluster as a Python callable: buffers in, one native call, buffers out."""
 import ctypes
 import threading
+from typing import NamedTuple
 
 import numpy as np
 
 from ...hlo.shape import DTYPES
 from .. import one_call_at_a_time
 from ...runtime.arrays import Rows
-from .stepper import GATHER_FIELDS, RING, run_steps
+from .stepper import RING, gather_record, run_steps
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
@@ -22,9 +23,19 @@ def _address(a):
         return a.ctypes.data
 
 
+class _Gather(NamedTuple):
+    """A per-step input the driver gathers from Rows (stepper.py)."""
+    ring: np.ndarray        # RING buffers of the parameter's shape, the steps' in turn
+    indices: np.ndarray     # every step's row indices (the driver reads them: kept alive)
+    record: list            # the driver's gather record
+
+
 class CpuExecutable:
-    def __init__(self, program, address, kernels):
+    def __init__(self, program, address, kernels, cores_free=False):
+        """cores_free: the program leaves a core free (no OpenBLAS threads spin
+        beside it), so a thread may gather the next step's batch meanwhile."""
         self.program, self.kernels = program, kernels   # kernels: [(name, LLVM IR)]
+        self._gather_ahead = cores_free
         self._entry = _ENTRY(address)
         self._turn = threading.Lock()
         self._arrays = [None] * len(program.buffers)
@@ -129,7 +140,7 @@ class CpuExecutable:
         """
         program, steps = self.program, np.arange(n, dtype=np.int64)
         gathers = {p: g for p in per_step if (g := self._gather(program.params[p], args[p]))}
-        params = self._params([gathers[p][0][0] if p in gathers else a
+        params = self._params([gathers[p].ring[0] if p in gathers else a
                                for p, a in enumerate(args)], set(per_step) - set(gathers))
         # Two alternating sets for outputs kept from the last step only: a step
         # reads the previous step's set (carried variables) and writes the other.
@@ -142,7 +153,7 @@ class CpuExecutable:
             rows.append(np.broadcast_to(pointers, (n,)))
         for p, (bid, a) in enumerate(zip(program.params, params)):
             if p in gathers:      # step s reads ring buffer s % RING
-                ring = gathers[p][0]
+                ring = gathers[p].ring
                 patch(bid, _address(ring) + steps % RING * (ring.nbytes // RING))
             elif p in per_step:
                 patch(bid, [_address(x) for x in a])
@@ -159,19 +170,18 @@ class CpuExecutable:
                 patch(bid, np.resize([_address(s[o]) for s in sets], n))
         pointers = np.ascontiguousarray(np.stack(rows), dtype=np.int64)
         slots = np.asarray(slots, np.int64)
-        fields = np.array([g[2] for g in gathers.values()], np.int64).reshape(-1, GATHER_FIELDS)
+        records = np.array([g.record for g in gathers.values()], np.int64)
         self._bound = [None] * len(self._bound)   # the table holds the last step's now
         run_steps()(ctypes.cast(self._entry, ctypes.c_void_p), self._table_address, n,
-                    len(slots), slots.ctypes.data, pointers.ctypes.data, len(fields),
-                    fields.ctypes.data)
+                    len(slots), slots.ctypes.data, pointers.ctypes.data, len(records),
+                    records.ctypes.data, int(self._gather_ahead))
         last = sets[(n - 1) % 2]
         return [stacked[o] if o in stacked else last[o] for o in range(len(program.outputs))]
 
     def _gather(self, bid, values):
-        """(RING buffers for the rows, their row indices, the driver's gather
-        fields) where every step's value of parameter buffer `bid` is Rows of
-        one source laid out as the parameter, else None (also where an index
-        is out of range: gathering in numpy then raises the error)."""
+        """The _Gather where every step's value of parameter buffer `bid` is
+        Rows of one source laid out as the parameter, else None (also where an
+        index is out of range: gathering in numpy then raises the error)."""
         shape, dtype = self._specs[bid]
         source = getattr(values[0], "source", None)
         if source is None or source.dtype != dtype or not source.flags.c_contiguous \
@@ -183,6 +193,7 @@ class CpuExecutable:
         if indices.size and not 0 <= indices.min() <= indices.max() < len(source):
             return None
         ring = np.empty((RING, *shape), dtype)
-        row_bytes = ring.nbytes // RING // max(1, shape[0])
-        return ring, indices, [_address(ring), source.ctypes.data, row_bytes,
-                               indices.ctypes.data, shape[0]]
+        return _Gather(ring, indices, gather_record(
+            ring=_address(ring), source=source.ctypes.data,
+            row_bytes=ring.nbytes // RING // max(1, shape[0]), indices=indices.ctypes.data,
+            rows=shape[0]))

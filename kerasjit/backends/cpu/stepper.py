@@ -9,12 +9,14 @@ n steps cost one ctypes call and no Python per step.
 
 A shuffled batch (runtime.arrays.Rows: rows of the training data picked by
 Keras's permutation) is copied row by row into one of RING buffers, which
-the step's pointers name in turn. A thread of the call's own gathers step
-s + 1's rows while step s runs (one thread per call: starting one costs as
-much as a gather), so reading the data from memory overlaps the
-arithmetic; the two meet through a pair of counters (steps gathered, steps
-done). Where no thread can be had, or the process may use one core only,
-the loop gathers each step's rows itself before running it.
+the step's pointers name in turn. Where the caller allows it (a program
+that leaves a core free: no OpenBLAS threads spinning beside it), a thread
+of the call's own gathers step s + 1's rows while step s runs (one thread
+per call: starting one costs as much as a gather), so reading the data
+from memory overlaps the arithmetic; the two meet through a pair of
+counters (steps gathered, steps done), each waiting by yielding its core.
+Otherwise, or where no thread can be had, or the process may use one core
+only, the loop gathers each step's rows itself before running it.
 """
 import ctypes
 
@@ -25,10 +27,21 @@ from .llvm_types import I1, I32, I64, PTR, run_time_loop
 from .parallel import TASK, THREADS_SYMBOL
 
 _NAME = "kerasjit_run_steps"
-GATHER_FIELDS = 5       # per gather: ring, source, row bytes, row indices, rows per step
 RING = 2                # gathered batches in flight: the one a step reads, the next
+# A gather record's i64 fields, in order (gather_record builds one).
+_GATHER = ("ring", "source", "row_bytes", "indices", "rows")
+# The gathering thread's context: the driver's arguments it needs, and the counters.
+_CONTEXT = ("gathers", "count", "steps", "gathered", "done")
 _I8 = ir.IntType(8)
 _driver = None
+
+
+def gather_record(ring, source, row_bytes, indices, rows):
+    """One gather for the driver: step s copies rows `indices[s * rows:][:rows]`
+    of `source` (rows of `row_bytes`) into ring buffer s % RING (addresses)."""
+    fields = {"ring": ring, "source": source, "row_bytes": row_bytes, "indices": indices,
+              "rows": rows}
+    return [fields[f] for f in _GATHER]
 
 
 class _Builder:
@@ -53,10 +66,11 @@ class _Builder:
         zero = ir.Constant(I64, 0)
 
         def one(i):
-            ring, src, row_bytes, indices, rows = (
-                self.at(b, gathers, b.add(b.mul(i, ir.Constant(I64, GATHER_FIELDS)),
-                                          ir.Constant(I64, f)), PTR if f in (0, 1, 3) else I64)
-                for f in range(GATHER_FIELDS))
+            def field(name, kind=I64):
+                return self.at(b, gathers, b.add(b.mul(i, ir.Constant(I64, len(_GATHER))),
+                                                 ir.Constant(I64, _GATHER.index(name))), kind)
+            ring, src, indices = (field(f, PTR) for f in ("ring", "source", "indices"))
+            row_bytes, rows = field("row_bytes"), field("rows")
             slot = b.urem(s, ir.Constant(I64, RING))
             dest = b.gep(ring, [b.mul(b.mul(slot, rows), row_bytes)], source_etype=_I8)
             first = b.mul(s, rows)
@@ -93,8 +107,9 @@ class _Builder:
         fn.linkage = "internal"
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         context = fn.args[0]
-        gathers, g, n, gathered, done = (self.at(b, context, ir.Constant(I64, f), kind)
-                                         for f, kind in enumerate((PTR, I64, I64, I64, I64)))
+        gathers, g, n, gathered, done = (self.at(b, context, ir.Constant(I64, f))
+                                         for f in range(len(_CONTEXT)))
+        gathers = b.inttoptr(gathers, PTR)
         # (atomics in llvmlite want typed pointers)
         gathered, done = (b.inttoptr(x, I64.as_pointer()) for x in (gathered, done))
 
@@ -108,21 +123,22 @@ class _Builder:
         return fn
 
     def driver(self):
-        """void run_steps(entry, table, n, k, slots, pointers, g, gathers):
+        """void run_steps(entry, table, n, k, slots, pointers, g, gathers, ahead):
         for s < n:
-            step s's rows of the g gathers (gathered ahead by a thread where one runs)
+            step s's rows of the g gathers (by a thread gathering ahead, if
+            `ahead` allows one and the process may use more than one core)
             for j < k: table[slots[j]] = pointers[j * n + s]
             entry(table)"""
         gatherer = self.producer()
         # A typed pointer: llvmlite takes an indirect call's signature from its callee's type.
         entry_type = ir.FunctionType(ir.VoidType(), [PTR]).as_pointer()
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [
-            entry_type, PTR, I64, I64, PTR, PTR, I64, PTR]), _NAME)
-        entry, table, n, k, slots, pointers, g, gathers = fn.args
+            entry_type, PTR, I64, I64, PTR, PTR, I64, PTR, I64]), _NAME)
+        entry, table, n, k, slots, pointers, g, gathers, ahead = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
         gathered, done, thread = (b.alloca(I64) for _ in range(3))
-        context = b.alloca(I64, size=5)
+        context = b.alloca(I64, size=len(_CONTEXT))
         for f, value in enumerate((gathers, g, n, gathered, done)):
             if isinstance(value.type, ir.PointerType):
                 value = b.ptrtoint(value, I64)
@@ -132,7 +148,7 @@ class _Builder:
         # A thread to gather ahead where there is something to gather and a core for it.
         helped = b.alloca(I1)
         b.store(ir.Constant(I1, 0), helped)
-        wanted = b.and_(b.icmp_signed(">", g, zero),
+        wanted = b.and_(b.and_(b.icmp_signed(">", g, zero), b.icmp_signed("!=", ahead, zero)),
                         b.icmp_signed(">", b.load(self.threads, typ=I64), one))
         with b.if_then(wanted):
             rc = b.call(self.create, [thread, ir.Constant(PTR, None), gatherer, context])
@@ -164,7 +180,7 @@ def _driver_ir():
 
 _DRIVER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                            ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                           ctypes.c_void_p)
+                           ctypes.c_void_p, ctypes.c_int64)
 
 
 def run_steps():
