@@ -8,11 +8,14 @@ reversed over an operand with zeros between its elements (a strided
 convolution's output gradient). Convolutions this form does not take still compile, as patches
 and sgemm.
 """
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from kerasjit.backends.cpu import CpuBackend, implicit_gemm
+from kerasjit.backends.cpu.codegen import render_program
 from kerasjit.kernels.ir import GemmCall, ImplicitGemm, LoopKernel, leaf_steps
 from kerasjit.hlo import parse_module
 from kerasjit.kernels.lower import lower
@@ -156,3 +159,19 @@ def test_a_reversed_window_walks_the_weights_backwards():
              if isinstance(s, ImplicitGemm)]
     assert gemm.b_offset > 0
     check(parse_module(text), list(args), rtol=1e-5, atol=1e-5)
+
+
+def test_the_contraction_loops_are_left_unrolled_by_llvm():
+    # (Each step is already a block of FMAs: LLVM's unrolling of them cost
+    # compile time and gained nothing.) The loop metadata must name itself,
+    # or LLVM ignores it.
+    fn, args = CASES["same_padding"]
+    module = bridge(fn, *args)
+    optimize_as_configured(module)
+    text, _, _ = render_program(lower(module, implicit_gemm=True))
+    nodes = re.findall(r"^(!\d+) = distinct !\{ (!\d+), (!\d+) \}$", text, flags=re.M)
+    assert nodes and all(node == first for node, first, _ in nodes)
+    disabled = {m for m in re.findall(r'^(!\d+) = !\{ !"llvm.loop.unroll.disable" \}$',
+                                      text, flags=re.M)}
+    assert {option for _, _, option in nodes} <= disabled
+    assert re.search(r"!llvm.loop " + nodes[0][0] + r"\b", text)

@@ -20,7 +20,7 @@ from ...kernels.storage import loaded
 from . import implicit_gemm, narrow_gemm, parallel
 from .blas import SGEMM_SYMBOL, THREADS_LOCAL_SYMBOL
 from .llvm_types import (I64, PTR, counted_loop, memory_type, register_type, run_time_loop,
-                         unflatten)
+                         self_referential_loops, unflatten)
 from .ops import OpEmitter
 from .profile import Counters
 
@@ -388,7 +388,7 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
     emit(program.steps, ir.Constant(I64, 0))
     restore_fp_mode()
     eb.ret_void()
-    text = str(module)
+    text = self_referential_loops(str(module))
     listings = _definitions(text)
     return text, [(names[0], "\n".join(listings[n] for n in names))
                   for names in [[entry.name]] + kernels], counters

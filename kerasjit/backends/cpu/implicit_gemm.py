@@ -165,9 +165,9 @@ class _Emitter(VectorCode):
         if sliced is not None and level < self.plan.level:
             inner(sliced[0][level])
         elif sliced is not None and level == self.plan.level:
-            run_time_loop(self.b, self.fn, *sliced[1:], inner)
+            run_time_loop(self.b, self.fn, *sliced[1:], inner, unroll=False)
         else:
-            counted_loop(self.b, self.fn, self.s.depth[level][0], inner)
+            counted_loop(self.b, self.fn, self.s.depth[level][0], inner, unroll=False)
 
 
 def emit(module, step, name, lanes, extra=0, epilogue=None):

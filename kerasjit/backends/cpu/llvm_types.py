@@ -1,5 +1,7 @@
-"""HLO element types as LLVM types (registers and memory), and the counted
-loop every code generator builds on."""
+"""HLO element types as LLVM types (registers and memory), and the loops
+every code generator builds on."""
+import re
+
 from llvmlite import ir
 
 from ...kernels.lower import Unsupported
@@ -38,8 +40,16 @@ I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 
 
-def counted_loop(b, fn, extent, body):
-    """for (i = 0; i < extent; ++i) body(i), at the builder's position."""
+# llvmlite builds no self-referential metadata node, which loop metadata must
+# be: a loop's node names itself by this string, made a self-reference in the
+# module's text (self_referential_loops).
+_LOOP_SELF = "kerasjit.loop.self"
+
+
+def counted_loop(b, fn, extent, body, unroll=True):
+    """for (i = 0; i < extent; ++i) body(i), at the builder's position; without
+    `unroll`, LLVM leaves the loop as it is (hand-blocked code, whose body is
+    already a block of FMAs: unrolling it costs compile time, no speed)."""
     pre = b.block
     head = fn.append_basic_block("loop")
     done = fn.append_basic_block("after")
@@ -50,13 +60,30 @@ def counted_loop(b, fn, extent, body):
     body(i)
     nxt = b.add(i, ir.Constant(I64, 1))
     i.add_incoming(nxt, b.block)
-    b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I64, extent)), head, done)
+    latch = b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I64, extent)), head, done)
+    if not unroll:
+        _no_unroll(latch)
     b.position_at_end(done)
 
 
-def run_time_loop(b, fn, lo, hi, body):
+def _no_unroll(latch):
+    """Loop metadata on a loop's latch branch: LLVM does not unroll it."""
+    module = latch.function.module
+    latch.set_metadata("llvm.loop", module.add_metadata([
+        ir.MetaDataString(module, _LOOP_SELF),
+        module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])]))
+
+
+def self_referential_loops(text):
+    """Module text with each loop metadata node (counted_loop) naming itself."""
+    return re.sub(r'^(!\d+) = !\{ !"' + re.escape(_LOOP_SELF) + '"', r"\1 = distinct !{ \1",
+                  text, flags=re.M)
+
+
+def run_time_loop(b, fn, lo, hi, body, unroll=True):
     """for (i = lo; i < hi; ++i) body(i), bounds known only at run time
-    (a split kernel's outermost loop: its part of the rows)."""
+    (a split kernel's outermost loop: its part of the rows); `unroll` as for
+    counted_loop."""
     pre = b.block
     head, loop, done = (fn.append_basic_block(s) for s in ("for", "body", "done"))
     b.branch(head)
@@ -67,7 +94,9 @@ def run_time_loop(b, fn, lo, hi, body):
     b.position_at_end(loop)
     body(i)
     i.add_incoming(b.add(i, ir.Constant(I64, 1)), b.block)
-    b.branch(head)
+    latch = b.branch(head)
+    if not unroll:
+        _no_unroll(latch)
     b.position_at_end(done)
 
 
