@@ -34,13 +34,15 @@ class _NotArrays(Exception):
 
 
 def _array_structure_key(obj, flat):
-    """_structure_key of a nest of tuples, lists, numpy arrays, Rows and Nones
-    (Keras's array batches, shuffled ones maybe not gathered yet), appending
-    its leaves to `flat` in tf.nest.flatten's order in the same pass; raises
-    _NotArrays on anything else."""
+    """_structure_key of a nest of tuples, lists, dicts, numpy arrays, Rows and
+    Nones (Keras's array batches, shuffled ones maybe not gathered yet),
+    appending its leaves to `flat` in tf.nest.flatten's order (a dict's by
+    sorted key) in the same pass; raises _NotArrays on anything else."""
     kind = type(obj)
     if kind is tuple or kind is list:
         return (kind.__name__, *[_array_structure_key(x, flat) for x in obj])
+    if kind is dict:
+        return ("dict", *((k, _array_structure_key(v, flat)) for k, v in sorted(obj.items())))
     if kind is not np.ndarray and kind is not Rows and obj is not None:
         raise _NotArrays
     flat.append(obj)

@@ -112,3 +112,22 @@ def test_rows_the_driver_gathers_give_what_numpy_gives(native_gathers):
     for (rows,) in batches:
         expected = expected - 0.01 * np.asarray(rows).T @ np.ones((4, 3), np.float32)
     np.testing.assert_allclose(w.numpy(), expected, rtol=1e-6)
+
+
+def test_named_inputs_are_gathered_natively_too(native_gathers, monkeypatch):
+    def fit_named():
+        keras.utils.set_random_seed(3)
+        a, b = keras.Input((4,), name="a"), keras.Input((2,), name="b")
+        h = keras.layers.Dense(5, activation="relu")(keras.layers.Concatenate()([a, b]))
+        m = keras.Model({"a": a, "b": b}, keras.layers.Dense(3, activation="softmax")(h))
+        m.compile(optimizer="sgd", loss="categorical_crossentropy", steps_per_execution=3)
+        m = kerasjit.wrap(m, race=False)
+        np.random.seed(7)
+        named = {"a": np.ascontiguousarray(X[:, :4]), "b": np.ascontiguousarray(X[:, 4:])}
+        m.fit(named, Y, batch_size=10, epochs=2, verbose=0)
+        return m.get_weights()
+    weights = fit_named()
+    assert sum(native_gathers) == 2 * 3 * 3     # epochs x calls x (a, b, y)
+    monkeypatch.setattr(feed, "_LAZY", False)
+    for got, want in zip(weights, fit_named()):
+        np.testing.assert_array_equal(got, want)

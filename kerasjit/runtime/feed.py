@@ -63,9 +63,9 @@ class ArrayEpochIterator(EpochIterator):
     interleave with the caller's. With several, none are drawn ahead: a
     shuffled batch stays Rows of the data, which the native call gathers
     itself (arrays.Rows), and an unshuffled one is a view of the data; the
-    same batches, in the same order, from the same RNG draws. (Inputs given
-    as a dict, or steps that are no single compiled cluster, gather their
-    Rows with numpy on the calling thread.)"""
+    same batches, in the same order, from the same RNG draws. (Steps that
+    are no single compiled cluster gather their Rows with numpy on the
+    calling thread.)"""
 
     def __init__(self, *args, shuffle=False, **kwargs):
         super().__init__(*args, shuffle=shuffle, **kwargs)
