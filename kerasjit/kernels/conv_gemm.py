@@ -1,8 +1,8 @@
 """Convolution as GEMM: patch matrix (im2col) times weight matrix, by batch slices.
 
-The GPU backend's form of every convolution (the GEMM goes to cuBLAS), and
-the CPU backend's for those conv_implicit.py does not take (features not
-innermost: channels-first layouts).
+The form of the convolutions conv_implicit.py does not take (features not
+innermost: channels-first layouts), on both backends (the GEMM goes to
+sgemm, or to cuBLAS).
 
 For out[b, o..., f] = sum over window w and input feature c of
 lhs[b, pos(o, w), c] * rhs[w, c, f], build P[(b, o...), (w..., c)] (zeros

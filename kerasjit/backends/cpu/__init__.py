@@ -66,8 +66,8 @@ class CpuBackend:
             # What the executable needs of the program; expressions live in the code now.
             record = {"program": dataclasses.replace(program, steps=[]),
                       "object": code, "entry": f"{name}_entry", "kernels": kernels,
-                      "cores_free": parallel.cores_free(program.steps, parallel.gemms_alone_below(
-                          program.steps, blas_threads_local)),
+                      "cores_free": parallel.sgemm_threading(program.steps,
+                                                             blas_threads_local)[1],
                       "counters": counters and (counters.global_name, counters.labels)}
             cache.store(key, record)
         else:

@@ -323,8 +323,7 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
     i32 = ir.IntType(32)
     threads_local = ir.Function(module, ir.FunctionType(i32, [i32]), THREADS_LOCAL_SYMBOL) \
         if blas_threads_local else None
-    alone_below = parallel.gemms_alone_below(program.steps, blas_threads_local)
-    may_split = parallel.cores_free(program.steps, alone_below)
+    alone_below, may_split = parallel.sgemm_threading(program.steps, blas_threads_local)
     kernels = []
     counters = Counters(module, name, list(leaf_steps(program.steps))) if timed else None
 

@@ -131,7 +131,7 @@ class CpuExecutable:
 
         args: per parameter, its value (for indices in `per_step`, a list of n
         values: step s reads the s-th, in place, without stacking copies; Rows
-        are gathered by the driver right before their step).
+        are gathered by the driver, stepper.py).
         carried: parameter index -> output index whose value the parameter
         takes from the step before (variables). Outputs in `stacked_outputs`
         come back with a leading [n] axis (every step's value); the others hold

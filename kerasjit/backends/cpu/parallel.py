@@ -102,6 +102,13 @@ def gemms_alone_below(steps, blas_threads_local):
     return math.inf if work[ImplicitGemm] >= work[GemmCall] > 0 else SINGLE_THREAD_MNK
 
 
+def sgemm_threading(steps, blas_threads_local):
+    """(gemms_alone_below, cores_free) of a program: how its sgemm calls run,
+    and whether they leave a core free beside them."""
+    alone_below = gemms_alone_below(steps, blas_threads_local)
+    return alone_below, cores_free(steps, alone_below)
+
+
 def cores_free(steps, alone_below=0):
     """False for a program whose sgemm calls leave OpenBLAS's threads spinning:
     those of BLAS_THREADED_MNK multiply-adds or more, except those below

@@ -174,10 +174,6 @@ class _Builder:
         return self.module
 
 
-def _driver_ir():
-    return _Builder().driver()
-
-
 _DRIVER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                            ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                            ctypes.c_void_p, ctypes.c_int64)
@@ -187,6 +183,6 @@ def run_steps():
     """The driver as a ctypes function (built and linked once per process)."""
     global _driver
     if _driver is None:
-        module = engine.optimize(_driver_ir())
+        module = engine.optimize(_Builder().driver())
         _driver = _DRIVER(engine.load_object(engine.object_code(module), _NAME))
     return _driver

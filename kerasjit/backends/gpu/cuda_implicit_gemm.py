@@ -17,7 +17,8 @@ past the end repeat the last one and are not stored.
 """
 import math
 
-from ...kernels.ir import Load, LoopKernel, walk
+from ...kernels.ir import LoopKernel
+from ...kernels.storage import loaded
 from .cuda_ops import memory_ctype
 
 TILE_ROWS, TILE_FEATURES = 4, 4
@@ -34,8 +35,7 @@ def render(program, step, name, writer_class, signature):
     epilogue = LoopKernel(step.name, out.dims, [(step.out, step.epilogue)] if step.epilogue
                           else [])
     w = writer_class(program, epilogue)
-    read = {step.lhs, step.rhs} | {n.buffer for _, e in epilogue.stores for n in walk(e)
-                                   if isinstance(n, Load)}
+    read = {step.lhs, step.rhs} | loaded(step.epilogue)
     w.emit(f"float* const b{step.out} = (float*)buffers[{step.out}];")
     for bid in sorted(read - {step.out}):
         t = memory_ctype(program.buffers[bid].dtype)
