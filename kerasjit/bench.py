@@ -66,6 +66,9 @@ def _workloads(args):
                               args.mnist_steps, ("fit", "evaluate", "predict")),
         "text_cnn": Workload(workloads.text_cnn, lambda n: workloads.token_data(n, 40, 1000), 64,
                              args.steps, ("fit", "evaluate", "predict")),
+        "text_transformer": Workload(workloads.text_transformer,
+                                     lambda n: workloads.token_data(n, 40, 1000), 64, args.steps,
+                                     ("fit", "evaluate", "predict")),
         f"elephant_cnn_{args.image_size}": Workload(
             lambda jit_compile=False: workloads.elephant_cnn(args.image_size, jit_compile),
             _images((args.image_size, args.image_size, 3), 1), 64, args.cnn_steps, ("fit",)),

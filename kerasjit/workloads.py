@@ -91,6 +91,24 @@ def text_cnn(vocab=1000, length=40, dropout=0.3, jit_compile=False):
         "binary_crossentropy", jit_compile)
 
 
+def text_transformer(vocab=1000, length=40, width=64, heads=4, dropout=0.1, jit_compile=False):
+    """A one-block transformer encoder over tokens: Embedding, MultiHeadAttention
+    (einsums with batch dims: batched GEMMs) and a Dense feed-forward on the
+    sequence, residuals with LayerNormalization, average pooling, sigmoid; Adam."""
+    tokens = keras.Input((length,), dtype="int32")
+    x = keras.layers.Embedding(vocab, width)(tokens)
+    attended = keras.layers.MultiHeadAttention(heads, width // heads, dropout=dropout)(x, x)
+    x = keras.layers.LayerNormalization()(x + attended)
+    fed = keras.layers.Dense(width)(keras.layers.Dense(2 * width, activation="relu")(x))
+    x = keras.layers.LayerNormalization()(x + fed)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    model = keras.Model(tokens, keras.layers.Dense(1, activation="sigmoid")(x),
+                        name="text_transformer")
+    model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"],
+                  jit_compile=jit_compile)
+    return model
+
+
 def token_data(n, length, vocab, seed=0):
     """Token ids in [0, vocab) and a label that depends on which tokens occur."""
     rng = np.random.default_rng(seed)

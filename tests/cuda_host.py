@@ -156,15 +156,16 @@ class HostDevice:
 
     def gemm(self, call, out, lhs, rhs, chunk):
         m, n, k = call.m, call.n, call.k
+        ld_b, ld_a = call.column_major()[5:7]
         out_start, rhs_start = (chunk * s for s in call.chunk_strides())
-        a = lhs[:m * k].reshape((k, m)).T if call.lhs_transposed else lhs[:m * k].reshape((m, k))
-        b = rhs[rhs_start:rhs_start + k * n]
-        b = b.reshape((n, k)).T if call.rhs_transposed else b.reshape((k, n))
-        c = out[out_start:out_start + m * n].reshape((m, n))
-        if call.beta(chunk):
-            c += a @ b
-        else:
-            c[...] = a @ b
+        for a_at, b_at, c_at in call.batch_offsets():
+            a = _matrix(lhs, a_at, m, k, ld_a, call.lhs_transposed)
+            b = _matrix(rhs, rhs_start + b_at, k, n, ld_b, call.rhs_transposed)
+            c = out[out_start + c_at:out_start + c_at + m * n].reshape((m, n))
+            if call.beta(chunk):
+                c += a @ b
+            else:
+                c[...] = a @ b
         self.launches += 1
 
     def capture(self, launches):
@@ -172,3 +173,11 @@ class HostDevice:
 
     def replay(self, graph):
         graph()
+
+
+def _matrix(flat, start, rows, columns, lead, transposed):
+    """The rows x columns matrix at flat[start]: rows `lead` elements apart, or
+    (transposed) stored as columns x rows with its columns `lead` apart."""
+    item = flat.itemsize
+    strides = (item, lead * item) if transposed else (lead * item, item)
+    return np.lib.stride_tricks.as_strided(flat[start:], (rows, columns), strides)

@@ -64,6 +64,15 @@ def depthwise_and_grads(stride):
     return fn
 
 
+def _with_grads(fn, *args):
+    """fn(*args) and the gradient of the sum of its squares for each argument."""
+    with tf.GradientTape() as tape:
+        tape.watch(args)
+        y = fn(*args)
+        loss = tf.reduce_sum(y * y)
+    return (y, *tape.gradient(loss, args))
+
+
 def conv_and_grads(strides, padding, dilations=1):
     def fn(x, w):
         with tf.GradientTape(persistent=True) as tape:
@@ -79,6 +88,22 @@ DOT_CONV_POOL = {
     "matmul_transposed": (lambda a, b: tf.matmul(a, b, transpose_a=True, transpose_b=True),
                           (rand(7, 5), rand(3, 7))),
     "batch_matmul": (lambda a, b: tf.matmul(a, b), (rand(2, 5, 7), rand(2, 7, 3))),
+    # Dots read in place as (batched, strided) GEMMs: Dense on a sequence and
+    # its gradients, attention's einsums (heads between sequence and features,
+    # two batch dims), a contraction over two dims, a vector times a matrix.
+    "dense_on_sequence": (lambda x, w: _with_grads(lambda x, w: tf.matmul(x, w), x, w),
+                          (rand(2, 5, 7), rand(7, 3, seed=1))),
+    "attention_einsums": (lambda q, k, v: _with_grads(lambda q, k, v: tf.einsum(
+        "bhqk,bkhd->bqhd", tf.nn.softmax(tf.einsum("bqhd,bkhd->bhqk", q, k)), v), q, k, v),
+        (rand(2, 5, 3, 4), rand(2, 6, 3, 4, seed=1), rand(2, 6, 3, 4, seed=2))),
+    "einsum_dense": (lambda x, w: _with_grads(lambda x, w: tf.einsum("abc,cde->abde", x, w),
+                                              x, w), (rand(3, 5, 4), rand(4, 2, 3, seed=1))),
+    "batch_matmul_transposed": (lambda a, b: tf.matmul(a, b, transpose_a=True,
+                                                       transpose_b=True),
+                                (rand(2, 3, 7, 5), rand(2, 3, 4, 7, seed=1))),
+    "two_dim_contraction": (lambda a, b: tf.einsum("btc,btd->cd", a, b),
+                            (rand(3, 5, 4), rand(3, 5, 6, seed=1))),
+    "vector_matrix": (lambda a, b: tf.tensordot(a, b, 1), (rand(7), rand(7, 3, seed=1))),
     "int_matmul": (lambda a, b: tf.matmul(a, b),
                    (np.arange(12, dtype=np.int32).reshape(3, 4), np.ones((4, 2), np.int32))),
     "conv_same_stride1": (conv_and_grads(1, "SAME"), (rand(2, 9, 9, 3), rand(3, 3, 3, 4))),

@@ -51,6 +51,10 @@ CASES = {
     # An embedding: a gather, and a scatter-add in its gradient.
     "text_cnn": (lambda **k: workloads.text_cnn(vocab=300, length=20, dropout=0, **k),
                  lambda n: workloads.token_data(n, 20, 300), 16),
+    # Attention's einsums and Dense on a sequence: batched, strided GEMMs.
+    "text_transformer": (lambda **k: workloads.text_transformer(vocab=300, length=20, dropout=0,
+                                                                **k),
+                         lambda n: workloads.token_data(n, 20, 300), 16),
 }
 
 

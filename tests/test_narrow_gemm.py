@@ -9,6 +9,7 @@ import pytest
 from kerasjit.backends.cpu import CpuBackend, engine, narrow_gemm
 from kerasjit.hlo import parse_module
 from kerasjit.hlo.evaluator import evaluate
+from kerasjit.kernels.dot_gemm import dot_as_gemm
 from kerasjit.kernels.ir import GemmCall
 
 LAYOUTS = list(itertools.product([False, True], repeat=2))   # (lhs, rhs) transposed
@@ -40,7 +41,8 @@ def check_product(m, n, k, lhs_transposed, rhs_transposed, seed=0):
     executable = CpuBackend().compile(module)
     got = executable([a, b])[0]
     np.testing.assert_allclose(got, evaluate(module, [a, b]), rtol=1e-4, atol=1e-4 * np.sqrt(k))
-    narrow = narrow_gemm.plan(GemmCall("d", 0, 1, 2, m, n, k, lhs_transposed, rhs_transposed))
+    dot = module.entry.root       # (a unit dim's layout is either: as the lowering reads it)
+    narrow = narrow_gemm.plan(dot_as_gemm("d", *(x.shape.dims for x in dot.operands), dot.attrs))
     generated = any("llvm.fma.v" in source for _, source in executable.kernels)
     assert generated == (narrow is not None)
     return executable

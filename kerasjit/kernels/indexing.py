@@ -101,9 +101,30 @@ def _total(dims):
 
 
 def reshape_index(index, out_dims, in_dims):
-    """The operand index of a reshape, mapping unit-dim changes directly."""
-    squeezed_out = [(i, n) for i, n in zip(index, out_dims) if n != 1]
-    if [n for _, n in squeezed_out] == [n for n in in_dims if n != 1]:
-        it = iter(i for i, _ in squeezed_out)
-        return tuple(next(it) if n != 1 else c64(0) for n in in_dims)
-    return delinearize(linearize(index, out_dims), in_dims)
+    """The operand index of a reshape. Dims are matched in groups of equal
+    size ([64, 40, 64] <- [64, 40, 4, 16]: 64, 40, then 64 <- 4 x 16), so each
+    group's index is linearised and split alone: 64 x 40 x 64 elements read
+    at [b, t, c // 16, c % 16], not through b * 2560 + t * 64 + c."""
+    if 0 in out_dims or 0 in in_dims:
+        return delinearize(linearize(index, out_dims), in_dims)
+    out = [(i, n) for i, n in zip(index, out_dims) if n != 1]
+    wanted = [d for d, n in enumerate(in_dims) if n != 1]
+    result = [c64(0)] * len(in_dims)
+    o = w = 0
+    while o < len(out):
+        group_out, group_in = [out[o]], [wanted[w]]
+        size_out, size_in = out[o][1], in_dims[wanted[w]]
+        o, w = o + 1, w + 1
+        while size_out != size_in:
+            if size_out < size_in:
+                group_out.append(out[o])
+                size_out *= out[o][1]
+                o += 1
+            else:
+                group_in.append(wanted[w])
+                size_in *= in_dims[wanted[w]]
+                w += 1
+        flat = linearize([i for i, _ in group_out], [n for _, n in group_out])
+        for d, i in zip(group_in, delinearize(flat, [in_dims[d] for d in group_in])):
+            result[d] = i
+    return tuple(result)

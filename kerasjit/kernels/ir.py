@@ -8,6 +8,7 @@ variables. Index arithmetic is ordinary s64 expressions, so broadcast,
 transpose, reshape, slice, pad and concatenate are just indexing. Renderers
 (LLVM for CPU, CUDA C for GPU) turn the same kernels into code.
 """
+import itertools
 import math
 from dataclasses import dataclass, field, fields, replace
 
@@ -123,7 +124,12 @@ class ScatterKernel(LoopKernel):
 
 @dataclass
 class GemmCall:
-    """C[M,N] (+)= op(A) @ op(B), row-major f32, for each batch index."""
+    """C[M,N] (+)= op(A) @ op(B), f32, once per batch index (dot_gemm.py).
+
+    C is row-major and packed; A and B are row-major matrices whose rows lie
+    `lda` and `ldb` elements apart (0: packed). `batch` holds the batch
+    levels, outermost first, each (extent, A step, B step, C step): the
+    elements each operand moves on by from one index of that level to the next."""
     name: str
     out: int
     lhs: int
@@ -136,14 +142,28 @@ class GemmCall:
     out_rows_per_chunk: int = 0   # inside a ChunkLoop: C starts at row chunk * this
     rhs_rows_per_chunk: int = 0   # inside a ChunkLoop: B starts at row chunk * this
     accumulate: bool = False      # chunks after the first add into C (beta = 1)
+    lda: int = 0
+    ldb: int = 0
+    batch: tuple = ()
+
+    @property
+    def count(self):
+        """Products per call (batch indices)."""
+        return math.prod(level[0] for level in self.batch)
+
+    def batch_offsets(self):
+        """(A, B, C) element offsets of each product, in order."""
+        for index in itertools.product(*(range(level[0]) for level in self.batch)):
+            yield tuple(sum(i * level[1 + operand] for i, level in zip(index, self.batch))
+                        for operand in range(3))
 
     def column_major(self):
         """The product as a column-major BLAS (Fortran BLAS, cuBLAS) computes it on
         row-major data, C^T = op(B)^T op(A)^T: (transpose first, transpose second,
         m, n, k, ld first, ld second, ld out) in sgemm's argument order, where the
         first operand is B (rhs) and the second A (lhs)."""
-        lead = (self.k if self.rhs_transposed else self.n,
-                self.m if self.lhs_transposed else self.k, self.n)
+        lead = (self.ldb or (self.k if self.rhs_transposed else self.n),
+                self.lda or (self.m if self.lhs_transposed else self.k), self.n)
         # BLAS wants every leading dimension >= 1, also for an empty operand.
         return (self.rhs_transposed, self.lhs_transposed, self.n, self.m, self.k,
                 *(max(1, d) for d in lead))

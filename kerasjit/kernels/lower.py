@@ -13,10 +13,11 @@ from ..hlo.opcodes import BROADCAST, ELEMENTWISE, OPAQUE, REDUCE
 from .aliasing import alias_donated
 from .conv_gemm import conv_as_gemm
 from .conv_implicit import conv_as_implicit_gemm
+from .dot_gemm import dot_as_gemm
 from .epilogues import fuse_epilogues
 from .expressions import (EXPRESSIONS, Unsupported, disjoint_windows, elementwise, op_of,
                           scatter_update)
-from .ir import (S64, Buffer, Const, GemmCall, Index, KernelProgram, Load, LoopKernel,
+from .ir import (S64, Buffer, Const, Index, KernelProgram, Load, LoopKernel,
                  ScatterKernel, Var, walk)
 from .storage import assign_storage, writes
 
@@ -310,17 +311,11 @@ class _Lowering:
         return tuple(vars_[:n]), tuple(vars_[n:]), combined
 
     def _gemm(self, inst):
-        """A GemmCall for an f32 rank-2 dot without batch dims, else None."""
-        if inst.opcode != "dot" or inst.shape.dtype != "f32":
+        """A GemmCall for an f32 dot whose operands read as matrices in place, else None."""
+        if inst.opcode != "dot" or any(v.shape.dtype != "f32" for v in (inst, *inst.operands)):
             return None
         lhs, rhs = inst.operands
-        a = inst.attrs
-        if a.get("lhs_batch_dims") or a.get("rhs_batch_dims") or lhs.shape.rank != 2 \
-                or rhs.shape.rank != 2 or lhs.shape.dtype != "f32" or rhs.shape.dtype != "f32":
-            return None
-        (lc,), (rc,) = a["lhs_contracting_dims"], a["rhs_contracting_dims"]
-        ids = [self.materialized(op) for op in (lhs, rhs)]  # sgemm reads buffers
-        m, k = lhs.shape.dims[1 - lc], lhs.shape.dims[lc]
-        n = rhs.shape.dims[1 - rc]
-        return GemmCall(f"gemm_{inst.name}", None, ids[0], ids[1], m, n, k,
-                        lhs_transposed=(lc == 0), rhs_transposed=(rc == 1))
+        call = dot_as_gemm(f"gemm_{inst.name}", lhs.shape.dims, rhs.shape.dims, inst.attrs)
+        if call is not None:
+            call.lhs, call.rhs = (self.materialized(op) for op in (lhs, rhs))  # sgemm reads buffers
+        return call

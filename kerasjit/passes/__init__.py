@@ -1,4 +1,5 @@
 """HLO optimisation passes: functions Module -> Module run by a Pipeline."""
+from .batch_sums import fold_batch_sums
 from .constant_folding import constant_folding
 from .cse import cse
 from .dce import dce
@@ -6,5 +7,6 @@ from .pipeline import DEFAULT_PASSES, PassError, Pipeline, optimize, optimize_as
 from .simplify import simplify
 from .util import replace_all_uses, rewrite
 
-__all__ = ["constant_folding", "cse", "dce", "simplify", "DEFAULT_PASSES", "PassError",
-           "Pipeline", "optimize", "optimize_as_configured", "replace_all_uses", "rewrite"]
+__all__ = ["constant_folding", "cse", "dce", "fold_batch_sums", "simplify", "DEFAULT_PASSES",
+           "PassError", "Pipeline", "optimize", "optimize_as_configured", "replace_all_uses",
+           "rewrite"]

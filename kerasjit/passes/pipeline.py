@@ -9,6 +9,7 @@ can be dumped after chosen passes, to a directory or to a callback.
 import os
 
 from ..hlo import HloVerifyError, print_module, verify
+from .batch_sums import fold_batch_sums
 from .constant_folding import constant_folding
 from .cse import cse
 from .dce import dce
@@ -76,11 +77,12 @@ def _signature(module):
     return params, module.entry.root.shape, dict(module.input_output_alias)
 
 
-DEFAULT_PASSES = (simplify, constant_folding, cse, dce)
+DEFAULT_PASSES = (simplify, constant_folding, fold_batch_sums, cse, dce)
 
 
 def optimize(module, debug=False, dump_dir=None, dump_after=None):
-    """simplify, constant folding, CSE and DCE, repeated until nothing changes."""
+    """simplify, constant folding, batch sums folded into dots, CSE and DCE,
+    repeated until nothing changes."""
     return Pipeline(DEFAULT_PASSES, debug, dump_dir, dump_after, max_rounds=8)(module)
 
 

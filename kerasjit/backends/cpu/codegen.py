@@ -242,10 +242,11 @@ def _buffer_pointer(b, table, bid):
     return b.load(b.gep(table, [ir.Constant(I64, bid)], inbounds=True, source_etype=PTR), typ=PTR)
 
 
-def _gemm(b, sgemm, call, table, chunk, threads_local=None, alone_below=0):
-    """sgemm on row-major data (GemmCall.column_major). One of fewer than
-    `alone_below` multiply-adds runs on this thread alone, by `threads_local`
-    (OpenBLAS's per-thread setter; parallel.gemms_alone_below)."""
+def _gemm(b, fn, sgemm, call, table, chunk, threads_local=None, alone_below=0):
+    """sgemm on row-major data (GemmCall.column_major), once per batch index. A
+    product of fewer than `alone_below` multiply-adds runs on this thread
+    alone, by `threads_local` (OpenBLAS's per-thread setter;
+    parallel.gemms_alone_below)."""
     i32, f32, i8 = ir.IntType(32), ir.FloatType(), ir.IntType(8)
 
     def by_reference(ty, value):      # Fortran BLAS takes every argument by pointer
@@ -254,30 +255,36 @@ def _gemm(b, sgemm, call, table, chunk, threads_local=None, alone_below=0):
         b.store(ir.Constant(ty, value), slot)
         return slot
     trans_b, trans_a, m, n, k, ld_b, ld_a, ld_c = call.column_major()
-
-    def chunk_start(pointer, stride):
-        offset = b.mul(chunk, ir.Constant(I64, stride))
-        return b.gep(pointer, [offset], inbounds=True, source_etype=f32)
     out_stride, rhs_stride = call.chunk_strides()
-    out = _buffer_pointer(b, table, call.out)
-    if out_stride:
-        out = chunk_start(out, out_stride)
-    rhs = _buffer_pointer(b, table, call.rhs)
-    if rhs_stride:
-        rhs = chunk_start(rhs, rhs_stride)
+    starts = [_buffer_pointer(b, table, bid) for bid in (call.lhs, call.rhs, call.out)]
+    for operand, stride in ((1, rhs_stride), (2, out_stride)):
+        if stride:
+            starts[operand] = b.gep(starts[operand], [b.mul(chunk, ir.Constant(I64, stride))],
+                                    inbounds=True, source_etype=f32)
     beta = by_reference(f32, 0.0)
     if call.accumulate:               # the first chunk overwrites, later ones add
         b.store(b.select(b.icmp_signed("==", chunk, ir.Constant(I64, 0)),
                          ir.Constant(f32, 0.0), ir.Constant(f32, 1.0)), beta)
+    arguments = [by_reference(i8, ord("T" if trans_b else "N")),
+                 by_reference(i8, ord("T" if trans_a else "N")),
+                 *(by_reference(i32, v) for v in (m, n, k)), by_reference(f32, 1.0)]
+    leading = [by_reference(i32, v) for v in (ld_b, ld_a, ld_c)]
+
+    def product(lhs, rhs, out):
+        b.call(sgemm, [*arguments, rhs, leading[0], lhs, leading[1], beta, out, leading[2]])
+
+    def batches(levels, pointers):
+        if not levels:
+            product(*pointers)
+            return
+        extent, *steps = levels[0]
+        counted_loop(b, fn, extent, lambda i: batches(levels[1:], [
+            b.gep(p, [b.mul(i, ir.Constant(I64, s))], inbounds=True, source_etype=f32)
+            for p, s in zip(pointers, steps)]))
     alone = threads_local is not None and m * n * k < alone_below
     if alone:
         previous = b.call(threads_local, [ir.Constant(i32, 1)])
-    b.call(sgemm, [
-        by_reference(i8, ord("T" if trans_b else "N")), by_reference(i8, ord("T" if trans_a else "N")),
-        by_reference(i32, m), by_reference(i32, n), by_reference(i32, k),
-        by_reference(f32, 1.0), rhs, by_reference(i32, ld_b),
-        _buffer_pointer(b, table, call.lhs), by_reference(i32, ld_a),
-        beta, out, by_reference(i32, ld_c)])
+    batches(call.batch, starts)
     if alone:
         b.call(threads_local, [previous])
 
@@ -343,7 +350,7 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
             eb.call(fn, [_buffer_pointer(eb, table, bid) for bid in (step.out, a, b)])
             kernels.append([fn.name])
         elif isinstance(step, GemmCall):
-            _gemm(eb, sgemm, step, table, chunk, threads_local, alone_below)
+            _gemm(eb, entry, sgemm, step, table, chunk, threads_local, alone_below)
         elif isinstance(step, ImplicitGemm):
             extra = sorted(loaded(step.epilogue) - {step.out})
             fn, blocks_total = implicit_gemm.emit(

@@ -61,7 +61,8 @@ def _form(a_transposed, b_transposed):
 
 def plan(call):
     """How to run GemmCall `call` as a narrow GEMM, or None to use sgemm."""
-    if call.accumulate or call.out_rows_per_chunk or call.rhs_rows_per_chunk:
+    if call.accumulate or call.out_rows_per_chunk or call.rhs_rows_per_chunk or call.batch \
+            or call.lda or call.ldb:
         return None
     if not 0 < call.m * call.n * call.k < SINGLE_THREAD_MNK:
         return None

@@ -97,7 +97,7 @@ def gemms_alone_below(steps, blas_threads_local):
             if isinstance(step, ChunkLoop):
                 add(step.steps, times * step.count)
             elif type(step) in work:
-                work[type(step)] += times * step.m * step.n * step.k
+                work[type(step)] += times * getattr(step, "count", 1) * step.m * step.n * step.k
     add(steps, 1)
     return math.inf if work[ImplicitGemm] >= work[GemmCall] > 0 else SINGLE_THREAD_MNK
 

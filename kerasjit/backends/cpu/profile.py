@@ -61,7 +61,8 @@ def _label(step):
     """A step's kernel-IR name and size: loop extents, or the GEMM's M x N x K."""
     if isinstance(step, GemmCall):
         kind = "narrow GEMM" if narrow_gemm.plan(step) else "sgemm"
-        return f"{step.name} ({kind} {step.m}x{step.n}x{step.k})"
+        batch = f"{step.count} x " if step.batch else ""
+        return f"{step.name} ({kind} {batch}{step.m}x{step.n}x{step.k})"
     if isinstance(step, ImplicitGemm):
         epilogue = " + epilogue" if step.epilogue is not None else ""
         return f"{step.name} (implicit GEMM {step.m}x{step.n}x{step.k}{epilogue})"

@@ -85,11 +85,13 @@ class CupyDevice:
         trans_b, trans_a, m, n, k, ld_b, ld_a, ld_c = call.column_major()
         out_stride, rhs_stride = call.chunk_strides()
         item = out.itemsize
-        self.cublas.sgemm(
-            self.handle, int(trans_b), int(trans_a), m, n, k,     # CUBLAS_OP_N = 0, _T = 1
-            self._scalars[1.0].ctypes.data, rhs.data.ptr + item * chunk * rhs_stride, ld_b,
-            lhs.data.ptr, ld_a, self._scalars[call.beta(chunk)].ctypes.data,
-            out.data.ptr + item * chunk * out_stride, ld_c)
+        for a, b, c in call.batch_offsets():
+            self.cublas.sgemm(
+                self.handle, int(trans_b), int(trans_a), m, n, k,     # CUBLAS_OP_N = 0, _T = 1
+                self._scalars[1.0].ctypes.data,
+                rhs.data.ptr + item * (chunk * rhs_stride + b), ld_b,
+                lhs.data.ptr + item * a, ld_a, self._scalars[call.beta(chunk)].ctypes.data,
+                out.data.ptr + item * (chunk * out_stride + c), ld_c)
 
     # ------------------------------------------------------------- graphs
     def capture(self, launches):

@@ -1,0 +1,60 @@
+"""Index arithmetic of kernel expressions (kernels/indexing.py) against numpy."""
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kerasjit.kernels import indexing as ix
+from kerasjit.kernels.ir import Const, Index, Op, S64, walk
+
+_OPS = {"add": np.add, "multiply": np.multiply, "divide": np.floor_divide,
+        "remainder": np.remainder}
+
+
+def _value(expr, grid):
+    if isinstance(expr, Const):
+        return np.int64(expr.value)
+    if isinstance(expr, Index):
+        return grid[expr.dim]
+    return _OPS[expr.opcode](*(_value(a, grid) for a in expr.args))
+
+
+@st.composite
+def reshapes(draw):
+    """(out dims, in dims) of equal size, unit dims sprinkled in."""
+    factors = draw(st.lists(st.sampled_from([2, 3, 4, 5]), min_size=1, max_size=5))
+    def regroup():
+        dims, current = [], 1
+        for f in draw(st.permutations(factors)) if draw(st.booleans()) else factors:
+            current *= f
+            if draw(st.booleans()):
+                dims.append(current)
+                current = 1
+        dims.append(current)
+        for _ in range(draw(st.integers(0, 2))):
+            dims.insert(draw(st.integers(0, len(dims))), 1)
+        return dims
+    return regroup(), regroup()
+
+
+@settings(max_examples=200, deadline=None)
+@given(reshapes())
+def test_reshape_index_matches_numpy(dims):
+    out_dims, in_dims = dims
+    grid = np.indices(out_dims).reshape(len(out_dims), -1).astype(np.int64)
+    index = ix.reshape_index(tuple(Index(S64, d) for d in range(len(out_dims))),
+                             out_dims, in_dims)
+    flat = np.ravel_multi_index(tuple(grid), out_dims)
+    want = np.unravel_index(flat, in_dims)
+    for got, expected in zip(index, want):
+        np.testing.assert_array_equal(np.broadcast_to(_value(got, grid), expected.shape),
+                                      expected)
+
+
+def test_split_dims_are_split_alone():
+    """[64, 40, 64] <- [64, 40, 4, 16]: the last index alone is divided."""
+    index = ix.reshape_index(tuple(Index(S64, d) for d in range(3)), (64, 40, 64),
+                             (64, 40, 4, 16))
+    assert [(type(i), i.dim) for i in index[:2]] == [(Index, 0), (Index, 1)]
+    divisions = [n for i in index for n in walk(i)
+                 if isinstance(n, Op) and n.opcode in ("divide", "remainder")]
+    assert len(divisions) == 2 and all(n.args[0].dim == 2 for n in divisions)
