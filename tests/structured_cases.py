@@ -51,6 +51,13 @@ LOOP_ONLY = {
     "philox_u64": (lambda k, c: tf.raw_ops.StatelessRandomUniformFullIntV2(
         shape=[3, 3], key=k, counter=c, alg=1, dtype=tf.uint64),
         (np.array([99], np.uint64), np.array([7, 0], np.uint64))),
+    # Counters whose low word wraps within the bits (the carry into the high word).
+    "philox_u32_carry": (lambda k, c: tf.raw_ops.StatelessRandomUniformFullIntV2(
+        shape=[6, 10], key=k, counter=c, alg=1, dtype=tf.uint32),
+        (np.array([12345], np.uint64), np.array([2**64 - 3, 5], np.uint64))),
+    "philox_u64_carry": (lambda k, c: tf.raw_ops.StatelessRandomUniformFullIntV2(
+        shape=[3, 2], key=k, counter=c, alg=1, dtype=tf.uint64),
+        (np.array([99], np.uint64), np.array([2**64 - 2, 0], np.uint64))),
 }
 
 

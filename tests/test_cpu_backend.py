@@ -158,8 +158,10 @@ def test_structured_ops_match_evaluator(name):
     check(bridge(fn, *args), [np.asarray(a) for a in args], rtol=1e-4, atol=1e-4)
 
 
-def test_philox_bits_match_tensorflow_exactly():
-    fn, args = STRUCTURED["philox_u32"]
+@pytest.mark.parametrize("name", ["philox_u32", "philox_u64", "philox_u32_carry",
+                                  "philox_u64_carry"])
+def test_philox_bits_match_tensorflow_exactly(name):
+    fn, args = STRUCTURED[name]
     got = BACKEND.compile(bridge(fn, *args))([np.asarray(a) for a in args])[0]
     np.testing.assert_array_equal(got, fn(*[tf.constant(a) for a in args]).numpy())
 

@@ -332,7 +332,8 @@ def test_kernels_match_evaluator(harness, name):
             np.testing.assert_array_equal(g, w)
 
 
-@pytest.mark.parametrize("name", ["philox_u32", "philox_u64"])
+@pytest.mark.parametrize("name", ["philox_u32", "philox_u64", "philox_u32_carry",
+                                  "philox_u64_carry"])
 def test_philox_bits_match_tensorflow_exactly(harness, name):
     fn, args = STRUCTURED[name]
     got, _ = harness.run(name)
