@@ -22,14 +22,6 @@ from .conv_gemm import parse_dim_labels
 from .ir import S64, Const, ImplicitGemm, Index, LoopKernel, Op
 
 
-def _strides(dims):
-    out, step = [], 1
-    for d in reversed(dims):
-        out.append(step)
-        step *= d
-    return out[::-1]
-
-
 def _merged(levels):
     """Levels (extent, stride, stride), outermost first, with extent-1 levels
     dropped and each level that steps exactly over the next one's whole range
@@ -124,7 +116,7 @@ def conv_as_implicit_gemm(lw, inst, role):
         return False
     rhs_id, rhs_dims, rhs_l = _weights(lw, inst, rhs, rhs_l)
     lhs_id, lhs_dims = _padded(lw, inst, lhs, lhs_l, window)
-    s_a, s_b, s_c = _strides(lhs_dims), _strides(rhs_dims), _strides(inst.shape.dims)
+    s_a, s_b, s_c = (ix.row_major_strides(d) for d in (lhs_dims, rhs_dims, inst.shape.dims))
     out_dims = inst.shape.dims
     # Output rows: (extent, A stride, C stride) per output position label, in the
     # output's memory order; the innermost becomes the blocked `rows` level.

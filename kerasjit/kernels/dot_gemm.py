@@ -14,15 +14,8 @@ kernel.
 """
 import math
 
+from . import indexing as ix
 from .ir import GemmCall
-
-
-def _strides(dims):
-    strides, step = [], 1
-    for d in reversed(dims):
-        strides.append(step)
-        step *= d
-    return strides[::-1]
 
 
 def _merged(dims, strides, group):
@@ -59,7 +52,7 @@ def dot_as_gemm(name, lhs_dims, rhs_dims, attrs):
     lhs_k, rhs_k = attrs["lhs_contracting_dims"], attrs["rhs_contracting_dims"]
     if 0 in lhs_dims or 0 in rhs_dims:
         return None                 # (the loop kernel writes the zeros or nothing)
-    lhs_strides, rhs_strides = _strides(lhs_dims), _strides(rhs_dims)
+    lhs_strides, rhs_strides = ix.row_major_strides(lhs_dims), ix.row_major_strides(rhs_dims)
     lhs_free = [d for d in range(len(lhs_dims)) if d not in lhs_batch and d not in lhs_k]
     rhs_free = [d for d in range(len(rhs_dims)) if d not in rhs_batch and d not in rhs_k]
     m = _merged(lhs_dims, lhs_strides, lhs_free)
@@ -75,7 +68,7 @@ def dot_as_gemm(name, lhs_dims, rhs_dims, attrs):
     if a is None or b is None:
         return None
     out_dims = [lhs_dims[d] for d in lhs_batch] + [m[0], n[0]]
-    out_strides = _strides(out_dims)
+    out_strides = ix.row_major_strides(out_dims)
     batch = tuple((lhs_dims[ld], lhs_strides[ld], rhs_strides[rd], out_strides[i])
                   for i, (ld, rd) in enumerate(zip(lhs_batch, rhs_batch)) if lhs_dims[ld] != 1)
     # GemmCall's A is [M, K] unless transposed, its B [K, N] unless transposed.

@@ -317,5 +317,6 @@ class _Lowering:
         lhs, rhs = inst.operands
         call = dot_as_gemm(f"gemm_{inst.name}", lhs.shape.dims, rhs.shape.dims, inst.attrs)
         if call is not None:
-            call.lhs, call.rhs = (self.materialized(op) for op in (lhs, rhs))  # sgemm reads buffers
+            # (sgemm reads buffers: its operands are materialised)
+            call.lhs, call.rhs = (self.materialized(op) for op in (lhs, rhs))
         return call

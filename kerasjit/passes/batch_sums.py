@@ -61,4 +61,5 @@ def _adds(computation):
 def _is_zero(inst):
     while inst.opcode == "broadcast":
         inst = inst.operands[0]
-    return inst.opcode == "constant" and inst.literal.size == 1 and inst.literal.reshape(-1)[0] == 0
+    return inst.opcode == "constant" and inst.literal.size == 1 \
+        and inst.literal.reshape(-1)[0] == 0
