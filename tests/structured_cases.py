@@ -97,17 +97,18 @@ DOT_CONV_POOL = {
     "batch_matmul": (lambda a, b: tf.matmul(a, b), (rand(2, 5, 7), rand(2, 7, 3))),
     # Dots read in place as (batched, strided) GEMMs: Dense on a sequence and
     # its gradients, attention's einsums (heads between sequence and features,
-    # two batch dims), a contraction over two dims, a vector times a matrix.
+    # two batch dims), a contraction over two dims, a vector times a matrix;
+    # batch_matmul's products are small enough to stay a loop kernel.
     "dense_on_sequence": (lambda x, w: _with_grads(lambda x, w: tf.matmul(x, w), x, w),
                           (rand(2, 5, 7), rand(7, 3, seed=1))),
     "attention_einsums": (lambda q, k, v: _with_grads(lambda q, k, v: tf.einsum(
         "bhqk,bkhd->bqhd", tf.nn.softmax(tf.einsum("bqhd,bkhd->bhqk", q, k)), v), q, k, v),
-        (rand(2, 5, 3, 4), rand(2, 6, 3, 4, seed=1), rand(2, 6, 3, 4, seed=2))),
+        (rand(2, 20, 3, 16), rand(2, 24, 3, 16, seed=1), rand(2, 24, 3, 16, seed=2))),
     "einsum_dense": (lambda x, w: _with_grads(lambda x, w: tf.einsum("abc,cde->abde", x, w),
                                               x, w), (rand(3, 5, 4), rand(4, 2, 3, seed=1))),
     "batch_matmul_transposed": (lambda a, b: tf.matmul(a, b, transpose_a=True,
                                                        transpose_b=True),
-                                (rand(2, 3, 7, 5), rand(2, 3, 4, 7, seed=1))),
+                                (rand(2, 3, 16, 24), rand(2, 3, 20, 16, seed=1))),
     "two_dim_contraction": (lambda a, b: tf.einsum("btc,btd->cd", a, b),
                             (rand(3, 5, 4), rand(3, 5, 6, seed=1))),
     "vector_matrix": (lambda a, b: tf.tensordot(a, b, 1), (rand(7), rand(7, 3, seed=1))),

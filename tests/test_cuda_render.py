@@ -251,11 +251,12 @@ CONVOLUTIONS = {
 }
 
 # Dots that become batched and strided GEMMs (cuBLAS's part: numpy's on the host).
-GEMMS = {name: DOT_CONV_POOL[name] for name in ("batch_matmul", "dense_on_sequence",
-                                                "attention_einsums", "batch_matmul_transposed")}
+GEMMS = {name: DOT_CONV_POOL[name] for name in ("dense_on_sequence", "attention_einsums",
+                                                "batch_matmul_transposed")}
 # Structured ops run by the executable on the host: its kernels compiled as C++.
 STRUCTURED = {
     **GEMMS,
+    "batch_matmul": (lambda a, b: tf.matmul(a, b), (rand(2, 5, 7), rand(2, 7, 3, seed=1))),
     **LOOP_ONLY,
     **CONVOLUTIONS,
     "int_matmul": (lambda a, b: tf.matmul(a, b),
@@ -320,9 +321,9 @@ def test_numerics_cases_are_kernels_only(harness):
 @pytest.mark.parametrize("name", [*elementwise_cases(), *STRUCTURED, "reversed_window"])
 def test_kernels_match_evaluator(harness, name):
     got, want = harness.run(name)
-    # (A convolution's gradients sum float terms in another order than the
-    # evaluator: the CPU backend's tolerance for them.)
-    rtol, atol = (1e-4, 1e-4) if name in CONVOLUTIONS else (1e-5, 1e-6)
+    # (A convolution's gradients and the GEMMs sum float terms in another order
+    # than the evaluator: the CPU backend's tolerance for them.)
+    rtol, atol = (1e-4, 1e-4) if name in CONVOLUTIONS or name in GEMMS else (1e-5, 1e-6)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype

@@ -1,13 +1,21 @@
 """Dots as batched, strided GEMMs (kernels/dot_gemm.py): any arrangement of
 batch, contracting and free dims in either operand, compiled, against the
-evaluator; and which arrangements are read in place."""
+evaluator; the GPU device's cuBLAS calls for them, on a host stand-in for
+cuBLAS; and which arrangements are read in place."""
+import ctypes
+import os
+from types import SimpleNamespace
+from unittest import mock
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kerasjit.backends.cpu import BACKEND
+from kerasjit.backends.cpu import CpuBackend
+from kerasjit.backends.gpu.device import CupyDevice
 from kerasjit.hlo import parse_module
 from kerasjit.hlo.evaluator import evaluate
+from kerasjit.kernels import dot_gemm
 from kerasjit.kernels.dot_gemm import dot_as_gemm
 
 
@@ -59,27 +67,91 @@ ENTRY %e (a: {_shape(lhs)}, b: {_shape(rhs)}) -> {_shape(out)} {{
 @settings(max_examples=40, deadline=None)
 @given(dots(), st.integers(0, 2**32 - 1))
 def test_any_dot_matches_evaluator(dot, seed):
+    """(Products of any size as GEMMs: the layouts are what is tested.)"""
     lhs, rhs, attrs, out = dot
     rng = np.random.default_rng(seed)
     args = [rng.standard_normal(lhs).astype(np.float32),
             rng.standard_normal(rhs).astype(np.float32)]
     module = _module(lhs, rhs, attrs, out)
     want = evaluate(module, args)
-    got = BACKEND.compile(module)(args)[0]
+    with mock.patch.object(dot_gemm, "MIN_BATCHED_PRODUCT", 0), \
+            mock.patch.dict(os.environ, {"KERASJIT_CACHE_DIR": ""}):
+        got = CpuBackend().compile(module)(args)[0]
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+class HostCublas:
+    """cuBLAS's sgemm and sgemmStridedBatched on host memory: column-major
+    matrices at raw addresses, alpha and beta through pointers, as CuPy's
+    bindings take them."""
+
+    @staticmethod
+    def _matrix(address, rows, columns, lead):
+        flat = np.frombuffer((ctypes.c_float * (lead * (columns - 1) + rows)).from_address(
+            address), np.float32)
+        return np.lib.stride_tricks.as_strided(flat, (rows, columns), (4, 4 * lead))
+
+    def sgemm(self, handle, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+        self.sgemmStridedBatched(handle, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0,
+                                 beta, c, ldc, 0, 1)
+
+    def sgemmStridedBatched(self, handle, trans_a, trans_b, m, n, k, alpha, a, lda, step_a, b,
+                            ldb, step_b, beta, c, ldc, step_c, count):
+        alpha, beta = (ctypes.c_float.from_address(p).value for p in (alpha, beta))
+        for i in range(count):
+            op_a = self._matrix(a + 4 * i * step_a, *((k, m) if trans_a else (m, k)), lda)
+            op_b = self._matrix(b + 4 * i * step_b, *((n, k) if trans_b else (k, n)), ldb)
+            out = self._matrix(c + 4 * i * step_c, m, n, ldc)
+            product = alpha * ((op_a.T if trans_a else op_a) @ (op_b.T if trans_b else op_b))
+            out[...] = product + beta * out if beta else product    # (beta 0: C is not read)
+
+
+def _on_device(array):
+    return SimpleNamespace(data=SimpleNamespace(ptr=array.ctypes.data), itemsize=array.itemsize)
+
+
+@settings(max_examples=40, deadline=None)
+@given(dots(), st.integers(0, 2**32 - 1))
+def test_gpu_cublas_calls_compute_the_dot(dot, seed):
+    lhs, rhs, attrs, out = dot
+    with mock.patch.object(dot_gemm, "MIN_BATCHED_PRODUCT", 0):
+        call = dot_as_gemm("d", lhs, rhs, attrs)
+    if call is None:            # (a layout BLAS cannot read: the loop kernel's)
+        return
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal(lhs).astype(np.float32), rng.standard_normal(rhs).astype(np.float32)
+    got = np.full(out, np.nan, np.float32)
+    device = object.__new__(CupyDevice)
+    device.cublas, device.handle = HostCublas(), None
+    device._scalars = {v: np.full(1, v, np.float32) for v in (0.0, 1.0)}
+    device.gemm(call, *(_on_device(x) for x in (got, a, b)), 0)
+    np.testing.assert_allclose(got, evaluate(_module(lhs, rhs, attrs, out), [a, b]),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_attention_layout_is_read_in_place():
     """Scores of [b, t, heads, d] queries and keys: batch levels (b, heads),
     rows t apart by heads*d, the keys read transposed."""
-    call = dot_as_gemm("scores", [2, 5, 3, 4], [2, 6, 3, 4],
+    call = dot_as_gemm("scores", [2, 20, 3, 16], [2, 24, 3, 16],
                        {"lhs_batch_dims": [0, 2], "rhs_batch_dims": [0, 2],
                         "lhs_contracting_dims": [3], "rhs_contracting_dims": [3]})
-    assert (call.m, call.n, call.k) == (5, 6, 4)
-    assert (call.lhs_transposed, call.rhs_transposed, call.lda, call.ldb) == (False, True, 12, 12)
-    assert call.batch == ((2, 60, 72, 90), (3, 4, 4, 30))
-    assert list(call.batch_offsets())[:4] == [(0, 0, 0), (4, 4, 30), (8, 8, 60), (60, 72, 90)]
+    assert (call.m, call.n, call.k) == (20, 24, 16)
+    assert (call.lhs_transposed, call.rhs_transposed, call.lda, call.ldb) == (False, True, 48, 48)
+    assert call.batch == ((2, 960, 1152, 1440), (3, 16, 16, 480))
+    assert list(call.batch_offsets())[:4] == [(0, 0, 0), (16, 16, 480), (32, 32, 960),
+                                              (960, 1152, 1440)]
+
+
+def test_small_batched_products_stay_loops():
+    """A BLAS call per batch index costs more than a tiny product or a
+    matrix x vector: those stay loop kernels (unbatched ones need no calls)."""
+    attrs = {"lhs_batch_dims": [0], "rhs_batch_dims": [0],
+             "lhs_contracting_dims": [2], "rhs_contracting_dims": [1]}
+    assert dot_as_gemm("tiny", [4096, 4, 4], [4096, 4, 4], attrs) is None
+    assert dot_as_gemm("vector", [1024, 1, 64], [1024, 64, 40], attrs) is None
+    assert dot_as_gemm("big", [64, 32, 32], [64, 32, 32], attrs) is not None
+    assert dot_as_gemm("one", [1, 4, 4], [1, 4, 4], attrs) is not None   # no batch left
 
 
 def test_dense_on_a_sequence_is_one_packed_gemm():

@@ -507,6 +507,20 @@ def test_other_reductions_of_dots_stay(variant):
     assert "reduce" in opcodes(after)
 
 
+def test_sums_left_where_the_folded_dot_is_no_gemm():
+    """The examples' dim outermost in x but innermost in g: contracting it with
+    the time dim would read neither operand as a matrix."""
+    text = hlo("""
+  %x = f32[4,5,3] parameter(0)
+  %g = f32[5,2,4] parameter(1)
+  %zero = f32[] constant(0)
+  %d = f32[4,3,2] dot(f32[4,5,3] %x, f32[5,2,4] %g), lhs_batch_dims={0}, lhs_contracting_dims={1}, rhs_batch_dims={2}, rhs_contracting_dims={0}
+  ROOT %r = f32[3,2] reduce(f32[4,3,2] %d, f32[] %zero), dimensions={0}, to_apply=%add""",
+               _ADD)
+    after = Pipeline([fold_batch_sums, dce], debug=True)(parse_module(text))
+    assert "reduce" in opcodes(after)
+
+
 # ------------------------------------------------- random graphs, all passes
 
 _NOISE = {

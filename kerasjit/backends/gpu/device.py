@@ -6,6 +6,7 @@ or Keras needs a value) wait for the work queued on it; CuPy's per-thread
 default stream would not, so that setting is refused. Input batches go
 through pinned staging buffers, so their upload overlaps the host's work.
 """
+import dataclasses
 import importlib.util
 import os
 
@@ -82,16 +83,24 @@ class CupyDevice:
         kernel((blocks,), (THREADS,), (table, np.int64(chunk)))
 
     def gemm(self, call: GemmCall, out, lhs, rhs, chunk):
+        """`call` on device arrays: one cuBLAS call, or for a batched product one
+        strided-batched call per index of its batch levels but the innermost."""
         trans_b, trans_a, m, n, k, ld_b, ld_a, ld_c = call.column_major()
         out_stride, rhs_stride = call.chunk_strides()
         item = out.itemsize
-        for a, b, c in call.batch_offsets():
-            self.cublas.sgemm(
-                self.handle, int(trans_b), int(trans_a), m, n, k,     # CUBLAS_OP_N = 0, _T = 1
-                self._scalars[1.0].ctypes.data,
-                rhs.data.ptr + item * (chunk * rhs_stride + b), ld_b,
-                lhs.data.ptr + item * a, ld_a, self._scalars[call.beta(chunk)].ctypes.data,
-                out.data.ptr + item * (chunk * out_stride + c), ld_c)
+        alpha, beta = (self._scalars[v].ctypes.data for v in (1.0, call.beta(chunk)))
+        rhs_at = rhs.data.ptr + item * chunk * rhs_stride
+        out_at = out.data.ptr + item * chunk * out_stride
+        if not call.batch:             # column-major: C^T = op(B)^T op(A)^T, B first
+            self.cublas.sgemm(self.handle, int(trans_b), int(trans_a), m, n, k,  # _N 0, _T 1
+                              alpha, rhs_at, ld_b, lhs.data.ptr, ld_a, beta, out_at, ld_c)
+            return
+        count, step_a, step_b, step_c = call.batch[-1]
+        for a, b, c in dataclasses.replace(call, batch=call.batch[:-1]).batch_offsets():
+            self.cublas.sgemmStridedBatched(
+                self.handle, int(trans_b), int(trans_a), m, n, k, alpha,
+                rhs_at + item * b, ld_b, step_b, lhs.data.ptr + item * a, ld_a, step_a,
+                beta, out_at + item * c, ld_c, step_c, count)
 
     # ------------------------------------------------------------- graphs
     def capture(self, launches):
