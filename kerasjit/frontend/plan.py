@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
+from ..kernels.dot_gemm import gemm_of
 from ..runtime.program import ClusterRun, Program, Specializer
 from ..runtime.race import Race
 from . import bridge
@@ -18,15 +19,25 @@ from .partition import Node, partition
 
 _SOURCE_OPS = {"Placeholder", "Const"}
 # Ops with which TensorFlow's own kernels can beat the compiled cluster, whose
-# clusters race: convolutions (oneDNN's), and what becomes loop nests here
-# rather than sgemm or generated GEMMs: batched matmuls and einsums
-# (attention's scores ran 3.3 ms in TensorFlow, 10.8 compiled), pooling,
-# scans, top-k. Clusters of elementwise math, 2-D matmuls and reductions
-# won every race measured (dense models up to 4096 wide: 1.5-2.6x, the
-# benchmark's 3-19x), and a race costs TensorFlow's trace of the cluster and
-# its first run (~0.4 s of the MLP's first fit).
+# clusters race: convolutions (oneDNN's), and what may become loop nests here
+# rather than sgemm or generated GEMMs: batched matmuls and einsums whose
+# operands BLAS cannot read in place (attention's scores as a loop nest ran
+# 10.8 ms, 3.3 in TensorFlow), pooling, scans, top-k. Clusters of elementwise
+# math, GEMMs and reductions won every race measured (dense models up to
+# 4096 wide: 1.5-2.6x, the benchmark's 3-19x, a transformer's step 1.3x), and
+# a race costs TensorFlow's trace of the cluster and its first run (~0.4 s of
+# the MLP's first fit, 0.4-1 s of the transformer's).
 _RACED_OPS = ("Conv", "DepthwiseConv", "BatchMatMul", "Einsum", "MaxPool", "AvgPool",
               "Cumsum", "Cumprod", "TopK")
+# What such a cluster's compiled HLO must hold for the race to be run.
+_LOOP_NEST_OPS = {"convolution", "reduce-window", "select-and-scatter", "sort"}
+
+
+def _tensorflow_may_win(module):
+    """Whether compiled `module` holds a loop nest where TensorFlow has a library
+    kernel: a convolution, pooling, a scan, a sort, or a dot that is no GEMM."""
+    return any(inst.opcode in _LOOP_NEST_OPS or inst.opcode == "dot" and gemm_of(inst) is None
+               for comp in module.computations for inst in comp.instructions)
 
 
 class Planner:
@@ -165,6 +176,8 @@ class Planner:
             try:
                 run.specializer.compile(tuple((tuple(s.shape), np.dtype(s.dtype.as_numpy_dtype))
                                               for s in specs))
+                if run.race and not _tensorflow_may_win(run.specializer.module):
+                    run.race = None       # (its batched matmuls all became GEMMs)
             except bridge.BridgeRejected as e:
                 named = [n for n in e.nodes if n in self.by_name]
                 if not named:             # nothing to move out: keep it all in TF

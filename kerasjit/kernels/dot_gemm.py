@@ -89,3 +89,12 @@ def dot_as_gemm(name, lhs_dims, rhs_dims, attrs):
                     lhs_transposed=lhs_transposed, rhs_transposed=rhs_transposed,
                     lda=0 if a[1] == max(packed_a, 1) else a[1],
                     ldb=0 if b[1] == max(packed_b, 1) else b[1], batch=batch)
+
+
+def gemm_of(inst):
+    """The GemmCall (buffers not set) of HLO dot `inst` if it is an f32 product
+    BLAS reads in place, else None (a loop kernel computes it)."""
+    if inst.opcode != "dot" or any(v.shape.dtype != "f32" for v in (inst, *inst.operands)):
+        return None
+    lhs, rhs = inst.operands
+    return dot_as_gemm(f"gemm_{inst.name}", lhs.shape.dims, rhs.shape.dims, inst.attrs)

@@ -13,7 +13,7 @@ from ..hlo.opcodes import BROADCAST, ELEMENTWISE, OPAQUE, REDUCE
 from .aliasing import alias_donated
 from .conv_gemm import conv_as_gemm
 from .conv_implicit import conv_as_implicit_gemm
-from .dot_gemm import dot_as_gemm
+from .dot_gemm import gemm_of
 from .epilogues import fuse_epilogues
 from .expressions import (EXPRESSIONS, Unsupported, disjoint_windows, elementwise, op_of,
                           scatter_update)
@@ -312,11 +312,8 @@ class _Lowering:
 
     def _gemm(self, inst):
         """A GemmCall for an f32 dot whose operands read as matrices in place, else None."""
-        if inst.opcode != "dot" or any(v.shape.dtype != "f32" for v in (inst, *inst.operands)):
-            return None
-        lhs, rhs = inst.operands
-        call = dot_as_gemm(f"gemm_{inst.name}", lhs.shape.dims, rhs.shape.dims, inst.attrs)
+        call = gemm_of(inst)
         if call is not None:
             # (sgemm reads buffers: its operands are materialised)
-            call.lhs, call.rhs = (self.materialized(op) for op in (lhs, rhs))
+            call.lhs, call.rhs = (self.materialized(op) for op in inst.operands)
         return call
