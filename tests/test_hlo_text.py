@@ -68,3 +68,22 @@ def test_evaluator_matches_tensorflow_on_real_dump(train_step_hlo):
     for (out,), (param, _) in module.input_output_alias.items():
         np.testing.assert_allclose(ours[out], after[param - 2], rtol=1e-4, atol=1e-5,
                                    err_msg=f"variable {variables[param - 2].name}")
+
+
+def test_bridge_fetches_elided_constants_only_when_there_are_some(monkeypatch):
+    """A large constant is printed `{...}`: its values come from the serialized
+    module. Without one, TensorFlow's bridge runs once, for the text alone."""
+    from kerasjit.frontend import bridge
+    fetched = []
+    real = bridge.literals_from_proto
+    monkeypatch.setattr(bridge, "literals_from_proto",
+                        lambda serialized: fetched.append(1) or real(serialized))
+    table = np.arange(1000, dtype=np.float32)
+    x = tf.constant(np.ones(1000, np.float32))
+    module = bridge.hlo_module(lambda x: x * tf.constant(table), x)
+    assert fetched
+    np.testing.assert_array_equal(evaluate(module, [x.numpy()]), table)
+    fetched.clear()
+    small = bridge.hlo_module(lambda x: x * 2.0, x)
+    assert not fetched
+    np.testing.assert_array_equal(evaluate(small, [x.numpy()]), 2 * x.numpy())
