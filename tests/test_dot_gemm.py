@@ -154,6 +154,14 @@ def test_small_batched_products_stay_loops():
     assert dot_as_gemm("one", [1, 4, 4], [1, 4, 4], attrs) is not None   # no batch left
 
 
+def test_batch_levels_laid_out_together_are_one():
+    """[batch, heads, t, d] x [batch, heads, d, t]: 64 x 4 products one level apart."""
+    call = dot_as_gemm("scores", [64, 4, 40, 16], [64, 4, 16, 40],
+                       {"lhs_batch_dims": [0, 1], "rhs_batch_dims": [0, 1],
+                        "lhs_contracting_dims": [3], "rhs_contracting_dims": [2]})
+    assert call.batch == ((256, 640, 640, 1600),)
+
+
 def test_dense_on_a_sequence_is_one_packed_gemm():
     call = dot_as_gemm("dense", [8, 5, 7], [7, 3],
                        {"lhs_contracting_dims": [2], "rhs_contracting_dims": [0]})

@@ -53,6 +53,19 @@ def _matrix(free, contracting, prefer_free_major):
     return next(((major, lead) for major, lead in options if lead is not None), None)
 
 
+def _merged_levels(levels):
+    """Batch levels with each pair that nests in all three operands (a
+    [batch, heads] pair laid out together) merged into one: fewer, longer
+    runs (one strided-batched cuBLAS call per index of the outer levels)."""
+    merged = []
+    for extent, *steps in levels:
+        if merged and all(outer == extent * inner for outer, inner in zip(merged[-1][1:], steps)):
+            merged[-1] = (merged[-1][0] * extent, *steps)
+        else:
+            merged.append((extent, *steps))
+    return tuple(merged)
+
+
 def dot_as_gemm(name, lhs_dims, rhs_dims, attrs):
     """The GemmCall (its `out` not yet set) computing an f32 dot of operands of
     these dims in place, or None. The buffers' ids are set by the caller."""
@@ -77,8 +90,9 @@ def dot_as_gemm(name, lhs_dims, rhs_dims, attrs):
         return None
     out_dims = [lhs_dims[d] for d in lhs_batch] + [m[0], n[0]]
     out_strides = ix.row_major_strides(out_dims)
-    batch = tuple((lhs_dims[ld], lhs_strides[ld], rhs_strides[rd], out_strides[i])
-                  for i, (ld, rd) in enumerate(zip(lhs_batch, rhs_batch)) if lhs_dims[ld] != 1)
+    batch = _merged_levels([(lhs_dims[ld], lhs_strides[ld], rhs_strides[rd], out_strides[i])
+                            for i, (ld, rd) in enumerate(zip(lhs_batch, rhs_batch))
+                            if lhs_dims[ld] != 1])
     if batch and (m[0] * n[0] * k_lhs[0] < MIN_BATCHED_PRODUCT or min(m[0], n[0]) == 1):
         return None
     # GemmCall's A is [M, K] unless transposed, its B [K, N] unless transposed.
