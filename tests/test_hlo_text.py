@@ -87,3 +87,22 @@ def test_bridge_fetches_elided_constants_only_when_there_are_some(monkeypatch):
     small = bridge.hlo_module(lambda x: x * 2.0, x)
     assert not fetched
     np.testing.assert_array_equal(evaluate(small, [x.numpy()]), 2 * x.numpy())
+
+
+def test_parser_reads_quotes_braces_and_spaces_and_names_its_errors():
+    from kerasjit.hlo.parser import HloParseError
+    text = """HloModule m
+ENTRY %e (x: f32[2, 3]) -> f32[2,3] {
+  %x = f32[2, 3]{1,0} parameter(0), metadata={op_name="a{b}\\"c}" source_file="f.py"}
+  ROOT %n = f32[2,3]{1,0} negate(f32[2,3]{1,0} %x), metadata={op_type="Neg"}
+}
+"""
+    module = parse_module(text)
+    assert module.entry.root.opcode == "negate"
+    assert module.entry.parameters[0].shape.dims == (2, 3)
+    with pytest.raises(HloParseError, match="dynamic dimensions"):
+        parse_module(text.replace("f32[2, 3]{1,0}", "f32[<=2,3]"))
+    with pytest.raises(HloParseError, match="unbalanced"):      # the text cut short
+        parse_module(text[:text.index('"Neg"}')])
+    with pytest.raises(HloParseError, match="unknown element type 'f31'"):
+        parse_module(text.replace("f32[2, 3]{1,0}", "f31[2,3]"))

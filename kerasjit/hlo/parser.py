@@ -26,6 +26,8 @@ class HloParseError(ValueError):
 _NAME = re.compile(r"%?([A-Za-z_][\w.\-]*)")
 _TOKEN = re.compile(r"[\w.\-+]+")
 _BLANK = re.compile(r"\s+|/\*.*?\*/|//[^\n]*", re.S)     # whitespace and comments
+_BRACE_OR_QUOTE = re.compile(r'[{}"]')
+_QUOTED_REST = re.compile(r'(?:[^"\\]|\\.)*"', re.S)    # after an opening quote
 
 
 class _Cursor:
@@ -76,21 +78,38 @@ class _Cursor:
         """Raw text of a `{...}` group (quotes respected), braces included."""
         self.skip()
         depth, i, text = 0, self.pos, self.text
-        while i < len(text):
-            c = text[i]
-            if c == '"':             # skip a quoted string, escapes included
-                i += 1
-                while text[i] != '"':
-                    i += 2 if text[i] == "\\" else 1
-            elif c == "{":
+        while (m := _BRACE_OR_QUOTE.search(text, i)) is not None:
+            i = m.end()
+            if m.group() == '"':     # skip a quoted string, escapes included
+                quoted = _QUOTED_REST.match(text, i)
+                if quoted is None:
+                    break
+                i = quoted.end()
+            elif m.group() == "{":
                 depth += 1
-            elif c == "}":
+            else:
                 depth -= 1
                 if depth == 0:
-                    raw, self.pos = text[self.pos:i + 1], i + 1
+                    raw, self.pos = text[self.pos:i], i
                     return raw
-            i += 1
         self.error("unbalanced '{'")
+
+
+_ARRAY_SHAPE = re.compile(r"([a-z]+\d*)\[([\d,]*)\]")
+_ELEMENT_TYPE = re.compile(r"[a-z]+\d*")
+_DIM = re.compile(r"\d+")
+
+
+def _dims(cur):
+    """`[2, 3]` dim by dim (spaces, or the error for a dynamic dim)."""
+    cur.expect("[")
+    dims = []
+    while not cur.accept("]"):
+        if cur.peek("<=") or cur.peek("?"):
+            cur.error("dynamic dimensions are not supported")
+        dims.append(int(cur.match(_DIM, "a dimension")))
+        cur.accept(",")
+    return tuple(dims)
 
 
 def parse_shape(cur):
@@ -100,17 +119,16 @@ def parse_shape(cur):
             shapes.append(parse_shape(cur))
             cur.accept(",")
         return Shape.tuple(shapes)
-    dtype = cur.match(re.compile(r"[a-z]+\d*"), "an element type")
+    cur.skip()
+    whole = _ARRAY_SHAPE.match(cur.text, cur.pos)     # (the common case in one match)
+    if whole:
+        dtype, dims = whole.group(1), tuple(int(d) for d in whole.group(2).split(",") if d)
+        cur.pos = whole.end()
+    else:
+        dtype, dims = cur.match(_ELEMENT_TYPE, "an element type"), _dims(cur)
     if dtype not in DTYPES:
         cur.error(f"unknown element type '{dtype}'")
-    cur.expect("[")
-    dims = []
-    while not cur.accept("]"):
-        if cur.peek("<=") or cur.peek("?"):
-            cur.error("dynamic dimensions are not supported")
-        dims.append(int(cur.match(re.compile(r"\d+"), "a dimension")))
-        cur.accept(",")
-    shape = Shape(dtype, tuple(dims))
+    shape = Shape(dtype, dims)
     if cur.text.startswith("{", cur.pos):      # a layout touches the ']'
         layout = cur.balanced()[1:-1].split(":")[0]
         minor_to_major = [int(d) for d in layout.split(",") if d.strip()]
