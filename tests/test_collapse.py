@@ -1,7 +1,6 @@
 """Adjacent loop dims merge where the kernel uses their indices only to
 address memory laid out like the loop: a [784, 10] update runs as one loop
 of 7840 (the inner 10 is too short for vectors), with the same results."""
-import numpy as np
 import pytest
 
 from kerasjit.hlo import parse_module

@@ -151,10 +151,12 @@ class GemmCall:
         """Products per call (batch indices)."""
         return math.prod(level[0] for level in self.batch)
 
-    def batch_offsets(self):
-        """(A, B, C) element offsets of each product, in order."""
-        for index in itertools.product(*(range(level[0]) for level in self.batch)):
-            yield tuple(sum(i * level[1 + operand] for i, level in zip(index, self.batch))
+    def batch_offsets(self, levels=None):
+        """(A, B, C) element offsets of each product, in order: of every index
+        of `levels` (by default all the batch levels)."""
+        levels = self.batch if levels is None else levels
+        for index in itertools.product(*(range(level[0]) for level in levels)):
+            yield tuple(sum(i * level[1 + operand] for i, level in zip(index, levels))
                         for operand in range(3))
 
     def column_major(self):

@@ -13,7 +13,7 @@ Mutates and returns the module.
 """
 from ..hlo.ir import Instruction, NameUniquer
 from ..kernels.dot_gemm import dot_as_gemm
-from .util import rewrite
+from .util import rewrite, uniform_value
 
 
 def fold_batch_sums(module):
@@ -33,7 +33,7 @@ def _folded(inst, users, names, emit):
         return None
     dot, init = inst.operands
     if dot.opcode != "dot" or users.get(dot) != 1 or dot.shape.dtype != inst.shape.dtype \
-            or not _adds(inst.attrs["to_apply"]) or not _is_zero(init):
+            or not _adds(inst.attrs["to_apply"]) or uniform_value(init) != 0:
         return None
     a = dot.attrs
     lhs_batch, rhs_batch = a.get("lhs_batch_dims", []), a.get("rhs_batch_dims", [])
@@ -61,10 +61,3 @@ def _adds(computation):
     root = computation.root
     return root.opcode == "add" and sorted(
         op.parameter_number for op in root.operands if op.opcode == "parameter") == [0, 1]
-
-
-def _is_zero(inst):
-    while inst.opcode == "broadcast":
-        inst = inst.operands[0]
-    return inst.opcode == "constant" and inst.literal.size == 1 \
-        and inst.literal.reshape(-1)[0] == 0

@@ -24,12 +24,10 @@ Mutates and returns the module; replaced instructions are removed.
 """
 import math
 
-import numpy as np
-
 from ..hlo.ir import Instruction, NameUniquer
 from ..hlo.opcodes import ELEMENTWISE, INJECTIVE
 from ..hlo.shape import Shape
-from .util import rewrite
+from .util import rewrite, uniform_value
 
 
 def simplify(module):
@@ -116,9 +114,9 @@ def _get_tuple_element(inst, t):
 
 
 def _multiply(inst, a, b):
-    if _numeric(inst) and _value(b) == 1:
+    if _numeric(inst) and uniform_value(b) == 1:
         return a
-    if _numeric(inst) and _value(a) == 1:
+    if _numeric(inst) and uniform_value(a) == 1:
         return b
     return None
 
@@ -136,7 +134,7 @@ def _subtract(inst, a, b):
 
 
 def _select(inst, p, a, b):
-    taken = _value(p)
+    taken = uniform_value(p)
     if taken is None:
         return None
     return a if taken else b
@@ -144,7 +142,7 @@ def _select(inst, p, a, b):
 
 def _set_dimension_size(inst, x, size):
     (d,) = inst.attrs["dimensions"]
-    return x if _value(size) == x.shape.dims[d] and inst.shape == x.shape else None
+    return x if uniform_value(size) == x.shape.dims[d] and inst.shape == x.shape else None
 
 
 _RULES = {"reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast,
@@ -158,18 +156,6 @@ def _scalar_broadcast(inst):
     return inst.opcode == "broadcast" and inst.operands[0].shape.rank == 0
 
 
-def _value(inst):
-    """The one value all elements of `inst` have, if it is a constant (or a
-    broadcast of one) with all elements bitwise equal; else None."""
-    while inst.opcode == "broadcast":
-        inst = inst.operands[0]
-    if inst.opcode != "constant" or inst.literal.size == 0:
-        return None
-    flat = inst.literal.reshape(-1)
-    as_bytes = flat.view(np.uint8).reshape(flat.size, -1)
-    return flat[0] if (as_bytes == as_bytes[0]).all() else None
-
-
 def _numeric(inst):
     return inst.shape.dtype[0] in "suf" or inst.shape.dtype == "bf16"
 
@@ -177,7 +163,7 @@ def _numeric(inst):
 def _is_zero(inst, negative):
     """Is `inst` the zero that x + zero (negative=True) or x - zero leaves
     x unchanged by: any 0 for ints; -0.0 for add and +0.0 for subtract on floats."""
-    v = _value(inst)
+    v = uniform_value(inst)
     if v is None or not _numeric(inst) or v != 0:
         return False
     if inst.shape.dtype[0] in "su":

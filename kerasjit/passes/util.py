@@ -1,5 +1,7 @@
 """Helpers shared by the passes: walking a computation while replacing
-instructions, redirecting uses, and the identity of an instruction's value."""
+instructions, redirecting uses, the identity of an instruction's value, and
+the one value of a uniform constant."""
+import numpy as np
 
 # Attributes that annotate an instruction without changing its value.
 ANNOTATION_ATTRS = frozenset({"metadata", "frontend_attributes"})
@@ -69,3 +71,15 @@ def value_key(inst):
     attrs = tuple(sorted((k, v) for k, v in inst.attrs.items() if k not in ANNOTATION_ATTRS))
     literal = None if inst.literal is None else inst.literal.tobytes()   # -0.0 != 0.0
     return inst.opcode, inst.shape, attrs, literal
+
+
+def uniform_value(inst):
+    """The one value all elements of `inst` have, if it is a constant (or a
+    broadcast of one) with all elements bitwise equal; else None."""
+    while inst.opcode == "broadcast":
+        inst = inst.operands[0]
+    if inst.opcode != "constant" or inst.literal.size == 0:
+        return None
+    flat = inst.literal.reshape(-1)
+    as_bytes = flat.view(np.uint8).reshape(flat.size, -1)
+    return flat[0] if (as_bytes == as_bytes[0]).all() else None

@@ -60,14 +60,15 @@ class CpuBackend:
             optimize_as_configured(module)
             program = lower(module, donate, implicit_gemm=True)
             name = f"cluster_{key[:16]}"
+            threading = parallel.sgemm_threading(program.steps, blas_threads_local)
             llvm_ir, kernels, counters = render_program(
-                program, name, blas_threads_local, engine.vector_lanes(), engine.is_x86(), timed)
+                program, name, blas_threads_local, engine.vector_lanes(), engine.is_x86(), timed,
+                threading)
             code = engine.object_code(engine.optimize(llvm_ir, has_long_loops(program)))
             # What the executable needs of the program; expressions live in the code now.
             record = {"program": dataclasses.replace(program, steps=[]),
                       "object": code, "entry": f"{name}_entry", "kernels": kernels,
-                      "cores_free": parallel.sgemm_threading(program.steps,
-                                                             blas_threads_local)[1],
+                      "cores_free": threading[1],
                       "counters": counters and (counters.global_name, counters.labels)}
             cache.store(key, record)
         else:

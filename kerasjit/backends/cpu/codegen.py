@@ -313,13 +313,14 @@ def _flush_denormals(module, b):
 
 
 def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x86=False,
-                   timed=False):
+                   timed=False, sgemm_threading=None):
     """The LLVM IR text of a module with `{name}_entry(ptr buffers)` running
     every step, and the (name, LLVM IR) of the entry and each kernel function
     for explain() (a split kernel's listing ends with its thread entry). `lanes`: floats per
     vector register, for the narrow GEMMs' hand-blocked vector code; `x86`:
     the entry flushes denormals (MXCSR) while it runs; `timed`: each step is
-    timed (profile.py), and the Counters come back third (else None)."""
+    timed (profile.py), and the Counters come back third (else None);
+    `sgemm_threading`: parallel.sgemm_threading of the program, if known."""
     module = ir.Module(name=name)
     ops = OpEmitter(module)
     entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), f"{name}_entry")
@@ -330,7 +331,8 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
     i32 = ir.IntType(32)
     threads_local = ir.Function(module, ir.FunctionType(i32, [i32]), THREADS_LOCAL_SYMBOL) \
         if blas_threads_local else None
-    alone_below, may_split = parallel.sgemm_threading(program.steps, blas_threads_local)
+    alone_below, may_split = sgemm_threading or parallel.sgemm_threading(program.steps,
+                                                                         blas_threads_local)
     kernels = []
     counters = Counters(module, name, list(leaf_steps(program.steps))) if timed else None
 

@@ -109,7 +109,7 @@ def sgemm_threading(steps, blas_threads_local):
     return alone_below, cores_free(steps, alone_below)
 
 
-def cores_free(steps, alone_below=0):
+def cores_free(steps, alone_below):
     """False for a program whose sgemm calls leave OpenBLAS's threads spinning:
     those of BLAS_THREADED_MNK multiply-adds or more, except those below
     `alone_below`, which run unthreaded (narrow GEMMs are no sgemm at all)."""
@@ -153,6 +153,15 @@ def call_split(b, kernel_fn, load_buffers, table, chunk, extent):
     return task
 
 
+def pthreads(module):
+    """`module`'s declarations of pthread_create, pthread_join and the thread
+    count global (external: set from Python)."""
+    # pthread_t is an unsigned long on Linux (glibc and musl): an i64 slot holds one.
+    return (ir.Function(module, ir.FunctionType(I32, [PTR, PTR, PTR, PTR]), "pthread_create"),
+            ir.Function(module, ir.FunctionType(I32, [I64, PTR]), "pthread_join"),
+            ir.GlobalVariable(module, I64, THREADS_SYMBOL))
+
+
 def _splitter(module):
     """`void kerasjit_split(ptr task, ptr table, i64 chunk, i64 extent)`."""
     fn = module.globals.get(SPLIT_SYMBOL)
@@ -162,10 +171,7 @@ def _splitter(module):
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [TASK.as_pointer(), PTR, I64, I64]),
                      SPLIT_SYMBOL)
     fn.linkage = "internal"
-    # pthread_t is an unsigned long on Linux (glibc and musl): an i64 slot holds one.
-    create = ir.Function(module, ir.FunctionType(I32, [PTR, PTR, PTR, PTR]), "pthread_create")
-    join = ir.Function(module, ir.FunctionType(I32, [I64, PTR]), "pthread_join")
-    threads = ir.GlobalVariable(module, I64, THREADS_SYMBOL)    # external: set from Python
+    create, join, threads = pthreads(module)
     task, table, chunk, extent = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     n = b.load(threads, typ=I64)

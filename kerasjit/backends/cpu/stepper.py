@@ -24,7 +24,7 @@ from llvmlite import ir
 
 from . import engine
 from .llvm_types import I1, I32, I64, PTR, run_time_loop
-from .parallel import TASK, THREADS_SYMBOL
+from .parallel import TASK, pthreads
 
 _NAME = "kerasjit_run_steps"
 RING = 2                # gathered batches in flight: the one a step reads, the next
@@ -53,9 +53,7 @@ class _Builder:
         self.memcpy = ir.Function(m, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I1]),
                                   "llvm.memcpy.p0.p0.i64")
         self.yield_ = ir.Function(m, ir.FunctionType(I32, []), "sched_yield")
-        self.create = ir.Function(m, ir.FunctionType(I32, [PTR, PTR, PTR, PTR]), "pthread_create")
-        self.join = ir.Function(m, ir.FunctionType(I32, [I64, PTR]), "pthread_join")
-        self.threads = ir.GlobalVariable(m, I64, THREADS_SYMBOL)   # (parallel.py sets it)
+        self.create, self.join, self.threads = pthreads(m)
 
     @staticmethod
     def at(b, base, i, kind=I64):

@@ -19,7 +19,6 @@ import math
 
 from ...kernels.ir import LoopKernel
 from ...kernels.storage import loaded
-from .cuda_ops import memory_ctype
 
 TILE_ROWS, TILE_FEATURES = 4, 4
 
@@ -29,23 +28,18 @@ def tiles(step):
     return math.ceil(step.m / TILE_ROWS) * math.ceil(step.n / TILE_FEATURES)
 
 
-def render(program, step, name, writer_class, signature):
+def render(program, step, name, writer_class):
     """CUDA C source of ImplicitGemm `step` (needs the prelude before it)."""
     out = program.buffers[step.out]
     epilogue = LoopKernel(step.name, out.dims, [(step.out, step.epilogue)] if step.epilogue
                           else [])
     w = writer_class(program, epilogue)
-    read = {step.lhs, step.rhs} | loaded(step.epilogue)
-    w.emit(f"float* const b{step.out} = (float*)buffers[{step.out}];")
-    for bid in sorted(read - {step.out}):
-        t = memory_ctype(program.buffers[bid].dtype)
-        w.emit(f"const {t}* const b{bid} = (const {t}*)buffers[{bid}];")
+    w.declare_buffers({step.out}, {step.lhs, step.rhs} | loaded(step.epilogue))
     feature_tiles = math.ceil(step.n / TILE_FEATURES)
     w.block(f"for (s64 tile = (s64)blockIdx.x * blockDim.x + threadIdx.x; tile < {tiles(step)}LL; "
             f"tile += (s64)blockDim.x * gridDim.x)",
             lambda: _tile(w, step, feature_tiles, epilogue))
-    body = "\n".join(w.lines)
-    return f"{signature.format(name=name)} {{\n{body}\n}}\n"
+    return w.source(name)
 
 
 def _tile(w, step, feature_tiles, epilogue):

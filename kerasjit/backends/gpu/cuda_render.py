@@ -99,14 +99,22 @@ class _KernelWriter:
         self.emit("}")
 
     # ------------------------------------------------------------------ kernel
-    def render(self, name):
-        stores = self.kernel.stores
-        written = {bid for bid, _ in stores}
-        read = {n.buffer for _, e in stores for n in walk(e) if isinstance(n, Load)}
+    def declare_buffers(self, written, read):
+        """The kernel's buffers as `b{id}` pointers, const where only read."""
         for bid in sorted(written | read):
             t = memory_ctype(self.program.buffers[bid].dtype)
             t = t if bid in written else f"const {t}"
             self.emit(f"{t}* const b{bid} = ({t}*)buffers[{bid}];")
+
+    def source(self, name):
+        """The kernel `name` around the lines emitted."""
+        body = "\n".join(self.lines)
+        return f"{SIGNATURE.format(name=name)} {{\n{body}\n}}\n"
+
+    def render(self, name):
+        stores = self.kernel.stores
+        self.declare_buffers({bid for bid, _ in stores},
+                             {n.buffer for _, e in stores for n in walk(e) if isinstance(n, Load)})
         dims = self.kernel.dims
         total = math.prod(dims)
         if isinstance(self.kernel, ScatterKernel) and not _atomic(self.kernel):
@@ -118,8 +126,7 @@ class _KernelWriter:
             loop = (f"for (s64 flat = (s64)blockIdx.x * blockDim.x + threadIdx.x; "
                     f"flat < {total}LL; flat += (s64)blockDim.x * gridDim.x)")
         self.block(loop, lambda: self.element(dims))
-        body = "\n".join(self.lines)
-        return f"{SIGNATURE.format(name=name)} {{\n{body}\n}}\n"
+        return self.source(name)
 
     def element(self, dims):
         # Every dimension but unit ones (their index is 0) is in the store's address.
@@ -286,7 +293,7 @@ def kernel_names(program, name="cluster"):
 def render_kernel(program, kernel, name):
     """CUDA C source of one LoopKernel or ImplicitGemm (needs PRELUDE before it)."""
     if isinstance(kernel, ImplicitGemm):
-        return cuda_implicit_gemm.render(program, kernel, name, _KernelWriter, SIGNATURE)
+        return cuda_implicit_gemm.render(program, kernel, name, _KernelWriter)
     return _KernelWriter(program, kernel).render(name)
 
 

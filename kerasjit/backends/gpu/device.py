@@ -6,7 +6,6 @@ or Keras needs a value) wait for the work queued on it; CuPy's per-thread
 default stream would not, so that setting is refused. Input batches go
 through pinned staging buffers, so their upload overlaps the host's work.
 """
-import dataclasses
 import importlib.util
 import os
 
@@ -96,7 +95,7 @@ class CupyDevice:
                               alpha, rhs_at, ld_b, lhs.data.ptr, ld_a, beta, out_at, ld_c)
             return
         count, step_a, step_b, step_c = call.batch[-1]
-        for a, b, c in dataclasses.replace(call, batch=call.batch[:-1]).batch_offsets():
+        for a, b, c in call.batch_offsets(call.batch[:-1]):
             self.cublas.sgemmStridedBatched(
                 self.handle, int(trans_b), int(trans_a), m, n, k, alpha,
                 rhs_at + item * b, ld_b, step_b, lhs.data.ptr + item * a, ld_a, step_a,
