@@ -5,10 +5,11 @@ Rounds are interleaved (plain, XLA, kerasjit, plain, ...) so drift in the
 machine's speed hits all alike. What is timed, per model, is what a user
 runs: an epoch of `fit` with default arguments (shuffled), optionally fit
 with steps_per_execution, and `evaluate` and `predict` over the same data.
-The first round holds tracing and compiling and is reported apart (compile =
-first round minus the median round, kerasjit's compile cache empty; and again
-for a new copy of the model, its native code then from the cache); speed is
-the median of the remaining rounds. Writes reports/benchmark.csv and
+Compile time is measured first, on calls of a few batches: a model's first
+call (tracing and compiling, kerasjit's compile cache empty) minus its next
+ones; and kerasjit's again for a new copy of the model, its native code then
+from the compile cache. Speed is the median of the timed rounds after the
+first. Writes reports/benchmark.csv and
 reports/benchmark.md (--name changes the stem; --backend picks kerasjit's
 backend, e.g. gpu).
 """
@@ -95,26 +96,44 @@ def _steps_per_execution(mode):
     return STEPS_PER_EXECUTION if mode == "fit_spe" else 1
 
 
+def _timed(run):
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
 def bench_model(name, work, rounds, backend="auto"):
     x, y = work.data(work.steps * work.batch)
     models = {c: _make(c, work.build, backend) for c in CONTENDERS}
     spe_models = {c: _make(c, work.build, backend, STEPS_PER_EXECUTION) for c in CONTENDERS} \
         if "fit_spe" in work.modes else {}
-    runs = {(mode, c): _runner(mode, (spe_models if mode == "fit_spe" else models)[c],
-                               x, y, work.batch)
+
+    def model(mode, c):
+        return (spe_models if mode == "fit_spe" else models)[c]
+
+    # Compile time: each model's first call minus its next ones, on a call of
+    # a few batches (an epoch's own variation, tenths of a second for the
+    # softmax regression's, would swamp it); the same batch shapes as the
+    # timed rounds, which then run compiled code.
+    short = {mode: work.batch * max(2, _steps_per_execution(mode)) for mode in work.modes}
+    first, again = {}, {}
+    process = psutil.Process()
+    rss = {}
+    for mode in work.modes:
+        for c in CONTENDERS:
+            run = _runner(mode, model(mode, c), x[:short[mode]], y[:short[mode]], work.batch)
+            time.sleep(PAUSE_S)
+            before = process.memory_info().rss
+            first[mode, c] = _timed(run)
+            rss[mode, c] = (process.memory_info().rss - before) / 2**20
+            again[mode, c] = min(_timed(run) for _ in range(3))
+    runs = {(mode, c): _runner(mode, model(mode, c), x, y, work.batch)
             for mode in work.modes for c in CONTENDERS}
     times = {key: [] for key in runs}
-    rss = {}
-    process = psutil.Process()
     for r in range(rounds):
         for (mode, c), run in runs.items():
             time.sleep(PAUSE_S)
-            before = process.memory_info().rss
-            start = time.perf_counter()
-            run()
-            times[mode, c].append(time.perf_counter() - start)
-            if r == 0:
-                rss[mode, c] = (process.memory_info().rss - before) / 2**20
+            times[mode, c].append(_timed(run))
         print(f"  {name} round {r + 1}/{rounds}: " + ", ".join(
             f"{mode}/{c} {t[-1]:.3f}s" for (mode, c), t in times.items()), flush=True)
     # kerasjit's compile again, for a new copy of the model: its native code now comes
@@ -122,23 +141,22 @@ def bench_model(name, work, rounds, backend="auto"):
     cached = {}
     for mode in work.modes:
         fresh = _make("kerasjit", work.build, backend, _steps_per_execution(mode))
-        start = time.perf_counter()
-        _runner(mode, fresh, x, y, work.batch)()
-        cached[mode] = time.perf_counter() - start
+        cached[mode] = _timed(_runner(mode, fresh, x[:short[mode]], y[:short[mode]],
+                                      work.batch)) - again[mode, "kerasjit"]
     rows = []
     for mode in work.modes:
         base = statistics.median(times[mode, "keras"][1:])
         for c in CONTENDERS:
             median = statistics.median(times[mode, c][1:])
-            again = max(0.0, cached[mode] - median) if c == "kerasjit" else float("nan")
             rows.append({"model": name, "mode": mode, "contender": c, "batch": work.batch,
                          "steps": work.steps,
                          "steps_per_execution": _steps_per_execution(mode),
                          "median_s": median, "ms_per_step": 1000 * median / work.steps,
-                         "compile_s": max(0.0, times[mode, c][0] - median),
-                         "compile_cached_s": again,
+                         "compile_s": max(0.0, first[mode, c] - again[mode, c]),
+                         "compile_cached_s": max(0.0, cached[mode]) if c == "kerasjit"
+                         else float("nan"),
                          "speedup_vs_keras": base / median,
-                         "first_round_rss_growth_mb": rss[mode, c]})
+                         "first_call_rss_growth_mb": rss[mode, c]})
     return rows
 
 
@@ -166,21 +184,22 @@ def write_reports(rows, out_dir, command, name="benchmark", backend="auto"):
     lines = ["# kerasjit benchmark", "",
              f"Machine: {machine(backend)}", "",
              f"Command: `{command}` ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
-             "Median round after the first (compile) round; contenders interleaved round by "
-             "round in one process. A round is one call: an epoch of `fit` with default "
-             "arguments (shuffled), the same with `steps_per_execution` (`fit_spe`), "
-             "`evaluate` or `predict` over the same data. `compile s` = first round minus "
-             "the median, with kerasjit's compile cache empty; `cached` = the same for a "
-             "new copy of the model afterwards, its native code from the cache (as on "
-             "every run after a model's first).", "",
+             "Median round after the first; contenders interleaved round by round in one "
+             "process. A round is one call: an epoch of `fit` with default arguments "
+             "(shuffled), the same with `steps_per_execution` (`fit_spe`), `evaluate` or "
+             "`predict` over the same data. `compile s`, measured before the rounds on calls "
+             "of a few batches (2, or one execution of `fit_spe`): a model's first call "
+             "minus its next ones, with kerasjit's compile cache empty; `cached` = the same "
+             "for a new copy of the model afterwards, its native code from the cache (as on "
+             "every run after a model's first). RSS growth: over that first call.", "",
              "| model | mode | contender | ms/step | speedup vs Keras | compile s "
-             "| cached | first-round RSS growth MB |",
+             "| cached | first-call RSS growth MB |",
              "|---|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['mode']} | {r['contender']} | {r['ms_per_step']:.3f} | "
                      f"{r['speedup_vs_keras']:.2f}x | {r['compile_s']:.2f} | "
                      f"{'' if r['contender'] != 'kerasjit' else format(r['compile_cached_s'], '.2f')} | "
-                     f"{r['first_round_rss_growth_mb']:.0f} |")
+                     f"{r['first_call_rss_growth_mb']:.0f} |")
     with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     return table

@@ -4,17 +4,20 @@ KERASJIT_DEBUG=1 runs the HLO verifier after every pass; KERASJIT_DUMP_DIR=path
 writes the module after each pass there; KERASJIT_PROFILE_KERNELS=1 times every
 kernel (kerasjit.kernel_profile()).
 """
+import contextlib
 import dataclasses
+import gc
 import math
 
 from ... import __version__
 from ...kernels.ir import LoopKernel, Reduce, leaf_steps, walk
 from ...kernels.lower import lower
 from ...passes import optimize, optimize_as_configured
-from . import cache, engine, parallel, profile
+from . import cache, engine, parallel, profile, workers
 from .blas import register_blas_symbols
 from .codegen import render_program
 from .executable import CpuExecutable
+from .module_split import split_module
 
 # Iterations from which loops gain from unrolling. Measured: without unrolling
 # the elephant CNN's step (kernels of up to ~10^8 iterations) took 3x as long;
@@ -32,6 +35,55 @@ def has_long_loops(program):
         return math.prod(kernel.dims) * max(folds, default=1)
     return any(work(k) >= LONG_LOOP for k in leaf_steps(program.steps)
                if isinstance(k, LoopKernel))
+
+
+# Modules shorter than this compile in one piece: in two, the LLVM time saved
+# (~a tenth of a second on one of 50 kB) no longer outweighs a second module's
+# fixed costs.
+SPLIT_FROM_CHARS = 50_000
+
+
+def _object_code(llvm_ir, name, unroll):
+    """The object code of program `name`'s module: in parts, compiled side by
+    side on the compile workers, where it is long enough."""
+    def here(text):
+        return engine.object_code(engine.optimize(text, unroll))
+    if len(llvm_ir) < SPLIT_FROM_CHARS:
+        return [here(llvm_ir)]
+    texts = split_module(llvm_ir, f"{name}_", f"{name}_entry", workers.pool.parallelism())
+    return workers.pool.compile(texts, unroll, here)
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector off while a module compiles: building
+    LLVM IR allocates enough to set off full collections, each a walk over
+    every object TensorFlow and Keras hold (after a traced fit, a third of a
+    second of the MNIST CNN's rendering). What the compile leaves is
+    collected afterwards, as usual."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _build(module, donate, name, blas_threads_local, timed):
+    """Compile `module` (optimised in place) to the record the cache keeps."""
+    workers.pool.start()        # (in the background, while the module is lowered)
+    optimize_as_configured(module)
+    program = lower(module, donate, implicit_gemm=True)
+    threading = parallel.sgemm_threading(program.steps, blas_threads_local)
+    llvm_ir, kernels, counters = render_program(
+        program, name, blas_threads_local, engine.vector_lanes(), engine.is_x86(), timed,
+        threading)
+    # What the executable needs of the program; expressions live in the code now.
+    return {"program": dataclasses.replace(program, steps=[]),
+            "objects": _object_code(llvm_ir, name, has_long_loops(program)),
+            "entry": f"{name}_entry", "kernels": kernels, "cores_free": threading[1],
+            "counters": counters and (counters.global_name, counters.labels)}
 
 
 class CpuBackend:
@@ -57,23 +109,12 @@ class CpuBackend:
                                  record["cores_free"])
         record = cache.load(key)
         if record is None:
-            optimize_as_configured(module)
-            program = lower(module, donate, implicit_gemm=True)
-            name = f"cluster_{key[:16]}"
-            threading = parallel.sgemm_threading(program.steps, blas_threads_local)
-            llvm_ir, kernels, counters = render_program(
-                program, name, blas_threads_local, engine.vector_lanes(), engine.is_x86(), timed,
-                threading)
-            code = engine.object_code(engine.optimize(llvm_ir, has_long_loops(program)))
-            # What the executable needs of the program; expressions live in the code now.
-            record = {"program": dataclasses.replace(program, steps=[]),
-                      "object": code, "entry": f"{name}_entry", "kernels": kernels,
-                      "cores_free": threading[1],
-                      "counters": counters and (counters.global_name, counters.labels)}
+            with _collector_paused():
+                record = _build(module, donate, f"cluster_{key[:16]}", blas_threads_local, timed)
             cache.store(key, record)
         else:
             optimize(module)     # explain() shows the HLO as compiled either way
-        address = engine.load_object(record["object"], record["entry"])
+        address = engine.load_objects(record["objects"], record["entry"])
         if record.get("counters"):
             global_name, labels = record["counters"]
             profile.register(record["entry"].removesuffix("_entry"), labels,

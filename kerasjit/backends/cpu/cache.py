@@ -1,7 +1,7 @@
 """Persistent compile cache: object code per (HLO, host CPU, versions).
 
-An entry holds the native object and the buffer table its entry point
-expects. A corrupt or stale entry (unreadable, wrong key, checksum mismatch)
+An entry holds the native objects (a module's parts) and the buffer table
+its entry point expects. A corrupt or stale entry (unreadable, wrong key, checksum mismatch)
 is ignored and rebuilt. KERASJIT_CACHE_DIR moves the cache; an empty value
 turns it off.
 """
@@ -17,7 +17,7 @@ import llvmlite
 
 from ...hlo import print_module
 
-FORMAT = 2     # bump when what an entry holds changes
+FORMAT = 3     # bump when what an entry holds changes
 
 
 def cache_dir():
@@ -52,6 +52,13 @@ def cache_key(module, host, version, donate=None):
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _checksum(objects):
+    digest = hashlib.sha256()
+    for code in objects:
+        digest.update(hashlib.sha256(code).digest())
+    return digest.hexdigest()
+
+
 def load(key):
     """The cached record for `key`, or None (missing, corrupt or stale)."""
     directory = cache_dir()
@@ -60,8 +67,7 @@ def load(key):
     try:
         with open(os.path.join(directory, key + ".pkl"), "rb") as f:
             record = pickle.load(f)
-        if record["key"] != key or record["checksum"] != hashlib.sha256(
-                record["object"]).hexdigest():
+        if record["key"] != key or record["checksum"] != _checksum(record["objects"]):
             return None
         return record
     except Exception:       # unreadable, truncated, from another format: rebuild
@@ -72,7 +78,7 @@ def store(key, record):
     directory = cache_dir()
     if not directory:
         return
-    record = dict(record, key=key, checksum=hashlib.sha256(record["object"]).hexdigest())
+    record = dict(record, key=key, checksum=_checksum(record["objects"]))
     try:
         os.makedirs(directory, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=directory, delete=False) as f:

@@ -65,11 +65,13 @@ def object_code(module):
     return _jit()["machine"].emit_object(module)
 
 
-def load_object(code, entry):
-    """Link object code into this process; the address of its `entry` function."""
+def load_objects(codes, entry):
+    """Link object code (the parts of one module: module_split.py) into this
+    process; the address of its `entry` function."""
     with _lock:
         state = _jit()
-        state["engine"].add_object_file(llvm.ObjectFileRef.from_data(code))
+        for code in codes:
+            state["engine"].add_object_file(llvm.ObjectFileRef.from_data(code))
         state["engine"].finalize_object()
         address = state["engine"].get_function_address(entry)
     if not address:

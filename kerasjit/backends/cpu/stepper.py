@@ -182,5 +182,5 @@ def run_steps():
     global _driver
     if _driver is None:
         module = engine.optimize(_Builder().driver())
-        _driver = _DRIVER(engine.load_object(engine.object_code(module), _NAME))
+        _driver = _DRIVER(engine.load_objects([engine.object_code(module)], _NAME))
     return _driver
