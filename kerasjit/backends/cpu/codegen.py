@@ -13,14 +13,15 @@ import re
 from llvmlite import ir
 
 from ...kernels.collapse import collapse_dims
+from ...kernels.indexing import row_major_strides
 from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, ImplicitGemm, Index, Load,
                            LoopKernel, Op, Reduce, ReduceVar, ScatterKernel, Var, leaf_steps,
                            walk)
 from ...kernels.storage import loaded
 from . import implicit_gemm, narrow_gemm, parallel
 from .blas import SGEMM_SYMBOL, THREADS_LOCAL_SYMBOL
-from .llvm_types import (I64, PTR, counted_loop, memory_type, register_type, run_time_loop,
-                         self_referential_loops, unflatten)
+from .llvm_types import (I64, PTR, counted_loop, linear, memory_type, register_type,
+                         run_time_loop, self_referential_loops, unflatten)
 from .ops import OpEmitter
 from .profile import Counters
 
@@ -140,12 +141,9 @@ class _KernelBuilder:
         """Where buffer `bid`'s element `index` lies, the buffer laid out
         row-major as `dims` (by default its own)."""
         buf = self.program.buffers[bid]
-        flat = ir.Constant(I64, 0)
-        stride = 1
-        for i, n in reversed(list(zip(index, dims or buf.dims))):
-            if n != 1:
-                flat = self.b.add(flat, self.b.mul(i, ir.Constant(I64, stride)))
-            stride *= n
+        dims = dims or buf.dims
+        flat = linear(self.b, *[(i, s) for i, s, n in zip(index, row_major_strides(dims), dims)
+                                if n != 1])
         return self.b.gep(self.pointers[bid], [flat], inbounds=True, source_etype=memory_type(buf.dtype))
 
     def store(self, bid, dtype, index, value, dims=None):

@@ -100,6 +100,31 @@ def run_time_loop(b, fn, lo, hi, body, unroll=True):
     b.position_at_end(done)
 
 
+def linear(b, *terms):
+    """The i64 sum of `terms`: (i64 value, int scale) products, i64 values
+    and ints. No instruction for a zero term or a unit scale, constants added
+    once (every instruction is printed and parsed again on each compile: the
+    address arithmetic was a seventh of a module's instructions adding 0 or
+    multiplying by 1)."""
+    total, constant = None, 0
+    for term in terms:
+        value, scale = term if isinstance(term, tuple) else (term, 1)
+        if isinstance(value, int):
+            constant += value * scale
+            continue
+        if isinstance(value, ir.Constant):
+            constant += value.constant * scale
+            continue
+        if scale == 0:
+            continue
+        if scale != 1:
+            value = b.mul(value, ir.Constant(I64, scale))
+        total = value if total is None else b.add(total, value)
+    if total is None:
+        return ir.Constant(I64, constant)
+    return b.add(total, ir.Constant(I64, constant)) if constant else total
+
+
 def unflatten(b, flat, extents):
     """The row-major indices (i64 values) of position `flat` in a box of
     `extents`; the outermost index is not reduced (flat may run past the box)."""

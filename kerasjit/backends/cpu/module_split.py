@@ -106,6 +106,8 @@ def split_module(text, prefix, entry, parts):
         texts.append("\n".join((others if i == 0 else header)
                                + [_declaration(definitions[n]) for n in sorted(calls)]
                                + body) + "\n")
+    if not exported:
+        return texts
     # An exported name carries a digest of the module: the JIT resolves a
     # call by name, so a module compiled again differently (the same HLO
     # under other settings) must not reach the functions of the first.

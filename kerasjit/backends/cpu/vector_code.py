@@ -9,7 +9,7 @@ broadcast.
 """
 from llvmlite import ir
 
-from .llvm_types import I1, I32, I64, PTR
+from .llvm_types import I1, I32, I64, PTR, linear
 
 F32 = ir.FloatType()
 
@@ -56,17 +56,7 @@ class VectorCode:
     def _offset(self, *terms):
         """The sum, as an i64, of terms: (i64 value, python int) products, i64
         values and python ints."""
-        b, total = self.b, ir.Constant(I64, 0)
-        for term in terms:
-            if isinstance(term, tuple):
-                value, scale = term
-                if scale:
-                    total = b.add(total, b.mul(value, ir.Constant(I64, scale)))
-            elif isinstance(term, ir.Value):
-                total = b.add(total, term)
-            elif term:
-                total = b.add(total, ir.Constant(I64, term))
-        return total
+        return linear(self.b, *terms)
 
     def _at(self, pointer, offset):
         return self.b.gep(pointer, [offset], inbounds=True, source_etype=F32)

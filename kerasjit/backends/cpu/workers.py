@@ -5,8 +5,9 @@ put a second core to work on a compile; another process can. A worker is
 this file run by path (not as part of the package), so it loads llvmlite
 and engine.py alone (~0.13 s), not TensorFlow. It reads requests (LLVM IR
 text, whether to unroll) on stdin and writes the object code, or the error,
-on stdout: pickles, each after its length. Workers start with the backend,
-in the background, and end with this process (their stdin closes).
+on stdout: pickles, each after its length. Workers start with the first
+compile (in the background, while the module is lowered) and end with this
+process (their stdin closes).
 
 A worker that fails costs nothing but time: its part is compiled here.
 """
@@ -69,6 +70,7 @@ class Pool:
     def __init__(self, size):
         self.size, self.workers, self.started = size, [], False
         self.lock = threading.Lock()
+        self.owner = os.getpid()
 
     def start(self):
         with self.lock:
@@ -84,7 +86,12 @@ class Pool:
     def parallelism(self):
         """How many modules compile at once: the workers and this process."""
         self.start()
-        return len(self.workers) + 1
+        return len(self._usable()) + 1
+
+    def _usable(self):
+        # A forked child shares its parent's pipes: its requests would mix
+        # with the parent's. It compiles everything itself.
+        return self.workers if os.getpid() == self.owner else []
 
     def compile(self, texts, unroll, compile_here):
         """Object code of each module text: the first compiled here by
@@ -93,7 +100,7 @@ class Pool:
         self.start()
         with self.lock:
             sent = []
-            for worker, text in zip(list(self.workers), texts[1:]):
+            for worker, text in zip(list(self._usable()), texts[1:]):
                 try:
                     worker.submit(text, unroll)
                     sent.append(worker)
@@ -118,7 +125,7 @@ class Pool:
 
     def close(self):
         with self.lock:
-            for worker in self.workers:
+            for worker in self._usable():     # (a forked child's exit leaves them be)
                 worker.close()
             self.workers = []
 
@@ -136,7 +143,10 @@ pool = Pool(default_size())
 def _serve():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import engine
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    # Replies go to the original stdout alone; anything else printed here
+    # (by LLVM or Python) goes to stderr instead of into the replies.
+    stdin, stdout = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
     while True:
         try:
             llvm_ir, unroll = _receive(stdin)
