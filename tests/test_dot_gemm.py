@@ -1,6 +1,6 @@
 """Dots as batched, strided GEMMs (kernels/dot_gemm.py): any arrangement of
-batch, contracting and free dims in either operand, compiled, against the
-evaluator; the GPU device's cuBLAS calls for them, on a host stand-in for
+batch, contracting and free dims in either operand, compiled (as generated
+narrow kernels and as sgemm calls), against the evaluator; the GPU device's cuBLAS calls for them, on a host stand-in for
 cuBLAS; and which arrangements are read in place."""
 import ctypes
 import os
@@ -8,10 +8,11 @@ from types import SimpleNamespace
 from unittest import mock
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kerasjit.backends.cpu import CpuBackend
+from kerasjit.backends.cpu import CpuBackend, narrow_gemm
 from kerasjit.backends.gpu.device import CupyDevice
 from kerasjit.hlo import parse_module
 from kerasjit.hlo.evaluator import evaluate
@@ -64,10 +65,12 @@ ENTRY %e (a: {_shape(lhs)}, b: {_shape(rhs)}) -> {_shape(out)} {{
 """)
 
 
+@pytest.mark.parametrize("narrow", [True, False], ids=["narrow-kernels", "sgemm"])
 @settings(max_examples=40, deadline=None)
 @given(dots(), st.integers(0, 2**32 - 1))
-def test_any_dot_matches_evaluator(dot, seed):
-    """(Products of any size as GEMMs: the layouts are what is tested.)"""
+def test_any_dot_matches_evaluator(narrow, dot, seed):
+    """(Products of any size as GEMMs: the layouts are what is tested, by the
+    generated narrow kernels and by sgemm.)"""
     lhs, rhs, attrs, out = dot
     rng = np.random.default_rng(seed)
     args = [rng.standard_normal(lhs).astype(np.float32),
@@ -75,6 +78,7 @@ def test_any_dot_matches_evaluator(dot, seed):
     module = _module(lhs, rhs, attrs, out)
     want = evaluate(module, args)
     with mock.patch.object(dot_gemm, "MIN_BATCHED_PRODUCT", 0), \
+            mock.patch.object(narrow_gemm, "NARROW", narrow_gemm.NARROW if narrow else 0), \
             mock.patch.dict(os.environ, {"KERASJIT_CACHE_DIR": ""}):
         got = CpuBackend().compile(module)(args)[0]
     assert got.shape == want.shape

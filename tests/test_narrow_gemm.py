@@ -80,6 +80,42 @@ ENTRY %e (x: f32[50,7]) -> f32[7,7] {
     np.testing.assert_allclose(CpuBackend().compile(module)([x])[0], x.T @ x, rtol=1e-4, atol=1e-4)
 
 
+# Attention's products per (batch, head), heads between the sequence and feature
+# dims: softmax(scores) @ values ([b, h, t, s] x [b, s, h, d], the values' rows
+# h * d apart), and queries @ a narrow projection ([b, t, h, d] x [b, h, d, n],
+# the queries' rows h * d apart).
+STRIDED = {
+    "values": ([2, 3, 20, 24], [2, 24, 3, 16], [2, 3, 20, 16],
+               {"lhs_batch_dims": [0, 1], "rhs_batch_dims": [0, 2],
+                "lhs_contracting_dims": [3], "rhs_contracting_dims": [1]}),
+    "queries": ([2, 20, 3, 16], [2, 3, 16, 8], [2, 3, 20, 8],
+                {"lhs_batch_dims": [0, 2], "rhs_batch_dims": [0, 1],
+                 "lhs_contracting_dims": [3], "rhs_contracting_dims": [2]}),
+}
+
+
+@pytest.mark.parametrize("case", STRIDED)
+def test_batched_products_with_strided_rows(case):
+    """One generated kernel run per batch index, reading rows in place."""
+    lhs, rhs, out, attrs = STRIDED[case]
+    call = dot_as_gemm(case, lhs, rhs, attrs)
+    assert call.count == 6 and (call.lda or call.ldb) == 48 and narrow_gemm.plan(call)
+    shape = lambda dims: f"f32[{','.join(map(str, dims))}]"   # noqa: E731
+    dims = ", ".join(f"{name}={{{','.join(map(str, v))}}}" for name, v in attrs.items())
+    module = parse_module(f"""HloModule strided
+ENTRY %e (a: {shape(lhs)}, b: {shape(rhs)}) -> {shape(out)} {{
+  %a = {shape(lhs)} parameter(0)
+  %b = {shape(rhs)} parameter(1)
+  ROOT %d = {shape(out)} dot({shape(lhs)} %a, {shape(rhs)} %b), {dims}
+}}
+""")
+    rng = np.random.default_rng(7)
+    args = [rng.standard_normal(lhs).astype(np.float32), rng.standard_normal(rhs).astype(np.float32)]
+    executable = CpuBackend().compile(module)
+    assert any("llvm.fma.v" in source for _, source in executable.kernels)
+    np.testing.assert_allclose(executable(args)[0], evaluate(module, args), rtol=1e-4, atol=1e-4)
+
+
 def test_which_products_take_the_narrow_kernels():
     """A Dense(10) head's forward (rows) and weight gradient (columns) products
     and the form each layout gets; A @ B^T, wide, large, empty, chunked and

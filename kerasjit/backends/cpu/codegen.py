@@ -271,23 +271,27 @@ def _gemm(b, fn, sgemm, call, table, chunk, threads_local=None, alone_below=0):
                  *(by_reference(i32, v) for v in (m, n, k)), by_reference(f32, 1.0)]
     leading = [by_reference(i32, v) for v in (ld_b, ld_a, ld_c)]
 
-    def product(lhs, rhs, out):
+    def product(pointers):
+        lhs, rhs, out = pointers
         b.call(sgemm, [*arguments, rhs, leading[0], lhs, leading[1], beta, out, leading[2]])
-
-    def batches(levels, pointers):
-        if not levels:
-            product(*pointers)
-            return
-        extent, *steps = levels[0]
-        counted_loop(b, fn, extent, lambda i: batches(levels[1:], [
-            b.gep(p, [b.mul(i, ir.Constant(I64, s))], inbounds=True, source_etype=f32)
-            for p, s in zip(pointers, steps)]))
     alone = threads_local is not None and m * n * k < alone_below
     if alone:
         previous = b.call(threads_local, [ir.Constant(i32, 1)])
-    batches(call.batch, starts)
+    _for_each_batch(b, fn, call.batch, starts, product)
     if alone:
         b.call(threads_local, [previous])
+
+
+def _for_each_batch(b, fn, levels, pointers, product):
+    """product([A, B, C]) at each index of GemmCall batch `levels` (their
+    loops at `b`), the (lhs, rhs, out) `pointers` moved on to that product."""
+    if not levels:
+        product(pointers)
+        return
+    extent, *steps = levels[0]
+    counted_loop(b, fn, extent, lambda i: _for_each_batch(b, fn, levels[1:], [
+        b.gep(p, [b.mul(i, ir.Constant(I64, s))], inbounds=True, source_etype=ir.FloatType())
+        for p, s in zip(pointers, steps)], product))
 
 
 def _flush_denormals(module, b):
@@ -349,8 +353,10 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
     def emit_leaf(step, chunk):
         if isinstance(step, GemmCall) and (gemm := narrow_gemm.plan(step)):
             fn = narrow_gemm.emit(module, gemm, f"{name}_k{len(module.functions)}", lanes)
-            a, b = (step.rhs, step.lhs) if gemm.swapped else (step.lhs, step.rhs)
-            eb.call(fn, [_buffer_pointer(eb, table, bid) for bid in (step.out, a, b)])
+            pointers = [_buffer_pointer(eb, table, bid) for bid in (step.lhs, step.rhs, step.out)]
+            a, b = (1, 0) if gemm.swapped else (0, 1)
+            _for_each_batch(eb, entry, step.batch, pointers,
+                            lambda lhs_rhs_out: eb.call(fn, [lhs_rhs_out[i] for i in (2, a, b)]))
             kernels.append([fn.name])
         elif isinstance(step, GemmCall):
             _gemm(eb, entry, sgemm, step, table, chunk, threads_local, alone_below)

@@ -39,9 +39,11 @@ _FORM_ORDER = ("columns", "rows")   # "rows" idles the lanes past N
 class NarrowGemm:
     """C[i, j] = sum_k A(i, k) B(k, j) for i < m, j < n (n is the narrow side).
 
-    A is [m, k] row-major, or [k, m] with a_transposed; B is [k, n], or [n, k]
-    with b_transposed; C's element (i, j) lies at i * c_strides[0] + j *
-    c_strides[1]. `swapped`: A is the GemmCall's rhs and B its lhs."""
+    A is [m, k] row-major, or [k, m] with a_transposed, its rows `a_ld`
+    elements apart; B is [k, n], or [n, k] with b_transposed, its rows `b_ld`
+    apart; C's element (i, j) lies at i * c_strides[0] + j * c_strides[1].
+    `swapped`: A is the GemmCall's rhs and B its lhs. A batched GemmCall runs
+    the function once per batch index (codegen.py)."""
     form: str
     m: int
     n: int
@@ -50,6 +52,8 @@ class NarrowGemm:
     b_transposed: bool
     c_strides: tuple
     swapped: bool
+    a_ld: int
+    b_ld: int
 
 
 def _form(a_transposed, b_transposed):
@@ -60,21 +64,24 @@ def _form(a_transposed, b_transposed):
 
 
 def plan(call):
-    """How to run GemmCall `call` as a narrow GEMM, or None to use sgemm."""
-    if call.accumulate or call.out_rows_per_chunk or call.rhs_rows_per_chunk or call.batch \
-            or call.lda or call.ldb:
+    """How to run GemmCall `call` (each product of a batched one) as a narrow
+    GEMM, or None to use sgemm."""
+    if call.accumulate or call.out_rows_per_chunk or call.rhs_rows_per_chunk:
         return None
     if not 0 < call.m * call.n * call.k < SINGLE_THREAD_MNK:
         return None
+    # Rows of each operand as stored: A [M, K] (or [K, M]), B [K, N] (or [N, K]).
+    lda = call.lda or (call.m if call.lhs_transposed else call.k)
+    ldb = call.ldb or (call.k if call.rhs_transposed else call.n)
     options = []
     if call.n <= NARROW:
         options.append(NarrowGemm(_form(call.lhs_transposed, call.rhs_transposed),
                                   call.m, call.n, call.k, call.lhs_transposed,
-                                  call.rhs_transposed, (call.n, 1), False))
+                                  call.rhs_transposed, (call.n, 1), False, lda, ldb))
     if call.m <= NARROW:      # C^T = B^T A^T: B^T is stored transposed iff B is not
         options.append(NarrowGemm(_form(not call.rhs_transposed, not call.lhs_transposed),
                                   call.n, call.m, call.k, not call.rhs_transposed,
-                                  not call.lhs_transposed, (1, call.n), True))
+                                  not call.lhs_transposed, (1, call.n), True, ldb, lda))
     options = [g for g in options if g.form]
     return min(options, key=lambda g: _FORM_ORDER.index(g.form)) if options else None
 
@@ -112,11 +119,11 @@ class _Emitter(VectorCode):
             accs = self.accumulators(count * len(pieces))
 
             def step(k):
-                bv = [self.load_vector(self.b_ptr, self._offset((k, g.n), j0), width)
+                bv = [self.load_vector(self.b_ptr, self._offset((k, g.b_ld), j0), width)
                       for j0, width in pieces]
                 for r in range(count):
                     a = self.broadcast(self.load_scalar(self.a_ptr, self._offset(
-                        (i0, g.k), (k, 1), r * g.k)))
+                        (i0, g.a_ld), (k, 1), r * g.a_ld)))
                     for p, v in enumerate(bv):
                         self.fma_into(accs[r * len(pieces) + p], a, v)
             counted_loop(self.b, self.fn, g.k, step)
@@ -138,11 +145,11 @@ class _Emitter(VectorCode):
                 accs = self.accumulators(len(pieces) * width)
 
                 def step(k):
-                    a = [self.load_vector(self.a_ptr, self._offset((i0, 1), (k, g.m), start),
+                    a = [self.load_vector(self.a_ptr, self._offset((i0, 1), (k, g.a_ld), start),
                                           rows) for start, rows in pieces]
                     for j in range(width):
-                        terms = ((k, 1), (j0 + j) * g.k) if g.b_transposed \
-                            else ((k, g.n), j0 + j)
+                        terms = ((k, 1), (j0 + j) * g.b_ld) if g.b_transposed \
+                            else ((k, g.b_ld), j0 + j)
                         bj = self.broadcast(self.load_scalar(self.b_ptr, self._offset(*terms)))
                         for p, v in enumerate(a):
                             self.fma_into(accs[p * width + j], v, bj)
