@@ -106,16 +106,61 @@ def test_parts_compiled_by_a_worker_link_and_compute_the_same(monkeypatch, tmp_p
         pool.close()
 
 
-def test_a_dead_worker_costs_only_time(monkeypatch, tmp_path):
+def test_a_worker_dying_mid_compile_costs_only_time(monkeypatch, tmp_path):
     pool = workers.Pool(1)
-    pool.start()
-    pool.workers[0].process.kill()
-    pool.workers[0].process.wait()
+    reply = workers.Worker.result
+
+    def die_first(worker):
+        worker.process.kill()
+        worker.process.wait()
+        return reply(worker)
+    monkeypatch.setattr(workers.Worker, "result", die_first)
     try:
         executable, record = _compiled_in_parts(monkeypatch, tmp_path, pool)
         assert len(record["objects"]) == 2       # its part compiled here instead
         assert not pool.workers                   # and the worker dropped
         _check(executable)
+    finally:
+        pool.close()
+
+
+def _function(name):
+    return f'define i64 @"{name}"() {{\n  ret i64 1\n}}\n'
+
+
+def _here(text):
+    return engine.object_code(engine.optimize(text))
+
+
+def test_a_reply_left_unread_never_answers_the_next_compile():
+    """This process's part fails (or is interrupted) while a worker compiles
+    another: that worker's reply must not be taken for the next compile's."""
+    pool = workers.Pool(1)
+
+    def fail(text):
+        raise KeyboardInterrupt
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pool.compile([_function("first_here"), _function("first_there")], True, fail)
+        objects = pool.compile([_function("second_here"), _function("second_there")], True,
+                               _here)
+        assert b"second_there" in objects[1] and b"first_there" not in objects[1]
+        assert len(pool.workers) == 1 and pool.workers[0].alive()   # a fresh worker
+    finally:
+        pool.close()
+
+
+def test_dead_workers_are_replaced_a_bounded_number_of_times():
+    pool = workers.Pool(1)
+    try:
+        for _ in range(3):
+            assert pool.parallelism() in (1, 2)
+            for worker in pool.workers:
+                worker.process.kill()
+                worker.process.wait()
+        assert pool.parallelism() == 1 and not pool.workers    # (the first, one spare)
+        objects = pool.compile([_function("a_here"), _function("a_there")], True, _here)
+        assert b"a_there" in objects[1]                         # all compiled here
     finally:
         pool.close()
 

@@ -72,7 +72,6 @@ def _collector_paused():
 
 def _build(module, donate, name, blas_threads_local, timed):
     """Compile `module` (optimised in place) to the record the cache keeps."""
-    workers.pool.start()        # (in the background, while the module is lowered)
     optimize_as_configured(module)
     program = lower(module, donate, implicit_gemm=True)
     threading = parallel.sgemm_threading(program.steps, blas_threads_local)

@@ -1,5 +1,6 @@
 """HLO element types as LLVM types (registers and memory), and the loops
 every code generator builds on."""
+import numbers
 import re
 
 from llvmlite import ir
@@ -109,10 +110,11 @@ def linear(b, *terms):
     total, constant = None, 0
     for term in terms:
         value, scale = term if isinstance(term, tuple) else (term, 1)
-        if isinstance(value, int):
-            constant += value * scale
+        if isinstance(value, numbers.Integral):
+            constant += int(value) * scale
             continue
-        if isinstance(value, ir.Constant):
+        if isinstance(value, ir.Constant) and isinstance(value.type, ir.IntType) \
+                and isinstance(value.constant, int):
             constant += value.constant * scale
             continue
         if scale == 0:

@@ -13,6 +13,8 @@ global the module defines (the kernel profile's counters stay with it).
 import hashlib
 import re
 
+# A global's name as llvmlite's IR printer writes it: always quoted (the
+# module text parsed here is that printer's, never llvm.binding's).
 _NAME = re.compile(r'@"?([^"(\s]+)"?')
 
 
@@ -45,7 +47,8 @@ def _calls(definition):
 
 
 def _declaration(definition):
-    """`declare` for a definition's header (its linkage and attributes dropped)."""
+    """`declare` for a definition's header (its linkage and the attributes
+    after its parameters dropped)."""
     header = re.sub(r"^define (internal )?", "declare ", definition.split("\n", 1)[0])
     return re.sub(r"\)[^)]*$", ")", header)
 

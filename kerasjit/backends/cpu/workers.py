@@ -5,15 +5,16 @@ put a second core to work on a compile; another process can. A worker is
 this file run by path (not as part of the package), so it loads llvmlite
 and engine.py alone (~0.13 s), not TensorFlow. It reads requests (LLVM IR
 text, whether to unroll) on stdin and writes the object code, or the error,
-on stdout: pickles, each after its length. Workers start with the first
-compile (in the background, while the module is lowered) and end with this
-process (their stdin closes).
+on stdout: pickles, each after its length. Workers start when the first
+module is split (Pool) and end with this process (their stdin closes).
 
-A worker that fails costs nothing but time: its part is compiled here.
+A worker that fails costs time, not the compile: its part is compiled here.
 """
 import atexit
+import importlib.util
 import os
 import pickle
+import signal
 import struct
 import subprocess
 import sys
@@ -39,54 +40,90 @@ def _receive(stream):
     return pickle.loads(data)
 
 
+class WorkerError(RuntimeError):
+    """LLVM refused a module on a worker (the worker itself is sound)."""
+
+
 class Worker:
     def __init__(self):
-        # stderr is kept: an LLVM abort in the worker says why there.
+        # A session of its own: a Ctrl-C at the terminal is for the training
+        # process, not for its workers. stderr is shared: an LLVM abort there
+        # says why.
         self.process = subprocess.Popen([sys.executable, os.path.abspath(__file__)],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        start_new_session=True)
+        self._writer, self._write_error = None, None
+
+    def alive(self):
+        return self.process.poll() is None
 
     def submit(self, llvm_ir, unroll):
-        _send(self.process.stdin, (llvm_ir, unroll))
+        """Send a module, from a thread: a pipe holds 64 kB, and a worker still
+        starting up reads nothing yet, which must not hold up this process."""
+        def write():
+            try:
+                _send(self.process.stdin, (llvm_ir, unroll))
+            except OSError as e:
+                self._write_error = e
+        self._writer = threading.Thread(target=write, daemon=True)
+        self._writer.start()
 
     def result(self):
         """The object code of the module submitted last."""
+        self._writer.join()
+        if self._write_error is not None:
+            raise self._write_error
         status, value = _receive(self.process.stdout)
         if status != "ok":
-            raise RuntimeError(value)
+            raise WorkerError(value)
         return value
 
     def close(self):
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
         try:
-            self.process.stdin.close()
-            self.process.wait(timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
+            self.process.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:    # (busy, or its stdin still open in a fork)
             self.process.kill()
+            self.process.wait()
 
 
 class Pool:
-    """Up to `size` workers, started by `start` (or the first compile); one
-    compile at a time. A worker that fails is dropped, not replaced."""
+    """Up to `size` workers, started with the first module split; one compile
+    at a time. A worker that dies, or whose reply went unread (this process's
+    own part failed, or was interrupted), is replaced, `size` times at most."""
 
     def __init__(self, size):
-        self.size, self.workers, self.started = size, [], False
+        self.size, self.workers = size, []
+        self.starts_left = 2 * size         # the first workers and one replacement each
         self.lock = threading.Lock()
         self.owner = os.getpid()
+        self.exit_hook = False
 
-    def start(self):
-        with self.lock:
-            if self.started:
-                return
-            self.started = True
+    def _start(self):
+        """(With the lock held.) Drop dead workers, start missing ones."""
+        if os.getpid() != self.owner:
+            return
+        for worker in [w for w in self.workers if not w.alive()]:
+            self._drop(worker)
+        while len(self.workers) < self.size and self.starts_left > 0:
+            self.starts_left -= 1
             try:
-                self.workers = [Worker() for _ in range(self.size)]
-            except OSError:           # no process to be had: everything compiles here
-                self.workers = []
+                self.workers.append(Worker())
+            except OSError:         # no process to be had: compile here
+                self.starts_left = 0
+        if not self.exit_hook:
             atexit.register(self.close)
+            self.exit_hook = True
 
     def parallelism(self):
         """How many modules compile at once: the workers and this process."""
-        self.start()
-        return len(self._usable()) + 1
+        with self.lock:
+            self._start()
+            return len(self._usable()) + 1
 
     def _usable(self):
         # A forked child shares its parent's pipes: its requests would mix
@@ -97,25 +134,28 @@ class Pool:
         """Object code of each module text: the first compiled here by
         `compile_here(text)` while the workers compile the others (or here,
         where no worker takes one)."""
-        self.start()
         with self.lock:
-            sent = []
-            for worker, text in zip(list(self._usable()), texts[1:]):
-                try:
-                    worker.submit(text, unroll)
-                    sent.append(worker)
-                except OSError:
+            self._start()
+            sent = dict(zip(range(1, len(texts)), self._usable()))
+            for i, worker in sent.items():
+                worker.submit(texts[i], unroll)
+            objects = []
+            try:
+                objects.append(compile_here(texts[0]))
+                for i in range(1, len(texts)):
+                    worker = sent.pop(i, None)
+                    try:
+                        if worker is not None:
+                            objects.append(worker.result())
+                            continue
+                    except WorkerError:   # LLVM's verdict: here it raises it again
+                        pass
+                    except (EOFError, OSError, pickle.UnpicklingError):
+                        self._drop(worker)
+                    objects.append(compile_here(texts[i]))
+            finally:
+                for worker in sent.values():    # its reply would answer the next request
                     self._drop(worker)
-            objects = [compile_here(texts[0])]
-            for i, text in enumerate(texts[1:]):
-                try:
-                    if i >= len(sent):
-                        raise EOFError("no worker")
-                    objects.append(sent[i].result())
-                except (EOFError, OSError, RuntimeError, pickle.UnpicklingError):
-                    if i < len(sent):
-                        self._drop(sent[i])
-                    objects.append(compile_here(text))
             return objects
 
     def _drop(self, worker):
@@ -141,12 +181,18 @@ pool = Pool(default_size())
 
 
 def _serve():
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import engine
     # Replies go to the original stdout alone; anything else printed here
     # (by LLVM or Python) goes to stderr instead of into the replies.
     stdin, stdout = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # engine.py by its path: this folder is no package here, and on sys.path
+    # its modules would shadow the standard library's (profile).
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    spec = importlib.util.spec_from_file_location("engine", os.path.join(here, "engine.py"))
+    engine = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(engine)
     while True:
         try:
             llvm_ir, unroll = _receive(stdin)
