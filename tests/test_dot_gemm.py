@@ -1,7 +1,8 @@
 """Dots as batched, strided GEMMs (kernels/dot_gemm.py): any arrangement of
 batch, contracting and free dims in either operand, compiled (as generated
-narrow kernels and as sgemm calls), against the evaluator; the GPU device's cuBLAS calls for them, on a host stand-in for
-cuBLAS; and which arrangements are read in place."""
+narrow kernels and as sgemm calls), against the evaluator; the GPU device's
+cuBLAS calls for them, on a host stand-in for cuBLAS; and which arrangements
+are read in place."""
 import ctypes
 import os
 from types import SimpleNamespace

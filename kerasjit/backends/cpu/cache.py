@@ -1,9 +1,9 @@
 """Persistent compile cache: object code per (HLO, host CPU, versions).
 
 An entry holds the native objects (a module's parts) and the buffer table
-its entry point expects. A corrupt or stale entry (unreadable, wrong key, checksum mismatch)
-is ignored and rebuilt. KERASJIT_CACHE_DIR moves the cache; an empty value
-turns it off.
+its entry point expects. A corrupt or stale entry (unreadable, wrong key,
+checksum mismatch) is ignored and rebuilt. KERASJIT_CACHE_DIR moves the
+cache; an empty value turns it off.
 """
 import functools
 import hashlib

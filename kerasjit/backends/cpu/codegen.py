@@ -8,7 +8,6 @@ reductions become inner loops whose accumulators live in allocas that
 LLVM promotes to registers. Large kernels run their outermost loop on
 several threads (parallel.py).
 """
-import re
 
 from llvmlite import ir
 
@@ -22,6 +21,7 @@ from . import implicit_gemm, narrow_gemm, parallel
 from .blas import SGEMM_SYMBOL, THREADS_LOCAL_SYMBOL
 from .llvm_types import (I64, PTR, counted_loop, linear, memory_type, register_type,
                          run_time_loop, self_referential_loops, unflatten)
+from .module_split import top_level
 from .ops import OpEmitter
 from .profile import Counters
 
@@ -404,21 +404,6 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
     restore_fp_mode()
     eb.ret_void()
     text = self_referential_loops(str(module))
-    listings = _definitions(text)
+    listings, _ = top_level(text)     # (formatting each function apart would format it twice)
     return text, [(names[0], "\n".join(listings[n] for n in names))
                   for names in [[entry.name]] + kernels], counters
-
-
-def _definitions(text):
-    """Function name -> its definition in module text `text` (for explain():
-    formatting each function apart would format the whole module twice)."""
-    listings, name, lines = {}, None, []
-    for line in text.splitlines():
-        if name is None and line.startswith("define "):
-            name, lines = re.search(r'@"?([^"(]+)"?\(', line).group(1), []
-        if name is not None:
-            lines.append(line)
-            if line == "}":
-                listings[name] = "\n".join(lines)
-                name = None
-    return listings

@@ -26,7 +26,8 @@ FUNCTION_COST = 10_000
 
 def top_level(text):
     """(function name -> its definition, in order; the module's other lines)
-    of LLVM IR text as llvmlite prints it (a definition ends at a line "}")."""
+    of LLVM IR text as llvmlite prints it (a definition ends at a line "}").
+    explain()'s listings of the kernels come from it too (codegen.py)."""
     definitions, others, name, lines = {}, [], None, []
     for line in text.splitlines():
         if name is None and line.startswith("define "):
