@@ -18,6 +18,10 @@ def eighths(*dims, seed=0):
 LOOP_ONLY = {
     "reductions": (lambda x: (tf.reduce_sum(x, 0), tf.reduce_max(x, [1, 2]), tf.reduce_mean(x),
                               tf.argmax(x, 1), tf.reduce_min(x, 2)), (rand(3, 4, 5),)),
+    # All-NaN rows and columns: index 0, as in TensorFlow's kernels.
+    "nan_argmax": (lambda x: (tf.argmax(x, 1), tf.argmin(x, 1), tf.argmax(x, 0)),
+                   (np.where(np.isin(np.arange(20).reshape(4, 5), [*range(5), 7, 11, 12, 17]),
+                             np.float32(np.nan), rand(4, 5)),)),
     "avgpool_grad": (lambda x: tf.gradients(tf.reduce_sum(
         tf.nn.avg_pool2d(x, 3, 2, "SAME") ** 2), x)[0], (rand(2, 7, 7, 2),)),
     "softmax_xent": (lambda x, y: tf.nn.softmax_cross_entropy_with_logits(y, x),

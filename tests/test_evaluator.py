@@ -162,6 +162,15 @@ def test_argmax_picks_first_of_ties():
                                                          np.float32))
 
 
+def test_argmax_and_argmin_pass_over_nan_as_tensorflow_does():
+    """NaN loses to any number; an all-NaN row gives index 0 (XLA's CPU code
+    would give the last: HLO leaves the fold's order open)."""
+    nan = np.nan
+    x = np.array([[nan, nan, nan], [1, nan, 3], [nan, 5, 5], [2, 1, nan]], np.float32)
+    check(lambda x: (tf.math.argmax(x, axis=1), tf.math.argmin(x, axis=1),
+                     tf.math.argmax(x, axis=0)), x)
+
+
 def test_softmax_cross_entropy_and_gradient():
     def fn(logits, labels, sparse):
         with tf.GradientTape() as tape:

@@ -151,9 +151,9 @@ def fit_twice(x, y, batch, mode):
     return history.history, model.get_weights()
 
 
-def assert_same_outcome(a, b):
+def assert_same_outcome(a, b, keys=None):
     (a_h, a_w), (b_h, b_w) = a, b
-    for key in a_h:
+    for key in keys or a_h:
         np.testing.assert_allclose(b_h[key], a_h[key], rtol=1e-5, equal_nan=True)
     for p, q in zip(a_w, b_w):
         np.testing.assert_allclose(q, p, atol=1e-6, equal_nan=True)
@@ -167,13 +167,16 @@ def test_a_batch_size_larger_than_the_data_trains_like_keras():
 
 def test_nan_inputs_follow_hlo_semantics_without_crashing():
     # NaN goes through compiled code as XLA's HLO defines it (NaN-propagating
-    # maximum/reductions), so the outcome is Keras+XLA's: TensorFlow's own CPU
-    # kernels drop NaN in places (its cross-entropy returns a finite loss).
+    # maximum/reductions), so the loss and weights are Keras+XLA's: TensorFlow's
+    # own CPU kernels drop NaN in places (its cross-entropy returns a finite
+    # loss). The order of a reduction's fold, which HLO leaves open, is
+    # TensorFlow's: an all-NaN row's argmax is 0 (XLA's CPU code picks the last),
+    # so the accuracy is plain Keras's way of counting.
     x, y = workloads.classification_data(20, (6,), 2)
     x[3, 2] = np.nan
     ours = fit_twice(x, y.argmax(1), 8, "cpu")
     assert np.isnan(ours[0]["loss"]).all()
-    assert_same_outcome(fit_twice(x, y.argmax(1), 8, "xla"), ours)
+    assert_same_outcome(fit_twice(x, y.argmax(1), 8, "xla"), ours, keys=["loss"])
 
 
 def test_compiling_a_wrapped_model_again_trains_with_the_new_optimizer_and_metrics():

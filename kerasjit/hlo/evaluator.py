@@ -379,7 +379,8 @@ def _apply(comp, args):
 
 def _fold(comp, inits, xs, mask=None):
     """Reduce the last axis of each `xs` with `comp`, starting from `inits`,
-    in index order; elements where `mask` is False are skipped."""
+    in index order, as comp(element, accumulator) (kernels/expressions.py's
+    _reduce); elements where `mask` is False are skipped."""
     lead = xs[0].shape[:-1]
     ufunc = _as_ufunc(comp) if len(xs) == 1 else None
     if ufunc is not None:
@@ -388,7 +389,7 @@ def _fold(comp, inits, xs, mask=None):
         return (ufunc.reduce(x, axis=-1, initial=inits[0][()], where=where, dtype=x.dtype),)
     accs = [np.broadcast_to(np.asarray(i), lead) for i in inits]
     for k in range(xs[0].shape[-1]):
-        new = _apply(comp, accs + [x[..., k] for x in xs])
+        new = _apply(comp, [x[..., k] for x in xs] + accs)
         keep = True if mask is None else mask[..., k]
         accs = [np.where(keep, n, a).astype(a.dtype) for n, a in zip(new, accs)]
     return tuple(accs)

@@ -200,7 +200,9 @@ def _reduce(lw, inst, index, result=0):
             inner.append(ReduceVar(S64, key, reduced.index(d)))
         else:
             inner.append(next(kept))
-    accs, curs, combined = lw.combiner(inst.attrs["to_apply"], n)
+    # The element is the computation's left operand, the accumulator its right, as
+    # TensorFlow's kernels fold: an argmax's NaNs lose to any number (all NaN: index 0).
+    curs, accs, combined = lw.combiner(inst.attrs["to_apply"], n)
     return Reduce(accs[result].dtype, key, tuple(in_dims[d] for d in reduced), accs, curs,
                   combined, tuple(lw.operand(inst, n + i, ()) for i in range(n)),
                   tuple(lw.operand(inst, i, inner) for i in range(n)), result)
@@ -221,7 +223,7 @@ def _reduce_window(lw, inst, index, result=0):
     bodies = tuple(Op(inst.operands[i].shape.dtype, "select",
                       (valid, lw.operand(inst, i, inner), inits[i])) if valid is not None
                    else lw.operand(inst, i, inner) for i in range(n))
-    accs, curs, combined = lw.combiner(inst.attrs["to_apply"], n)
+    curs, accs, combined = lw.combiner(inst.attrs["to_apply"], n)   # (as _reduce)
     return Reduce(accs[result].dtype, key, tuple(w.size for w in window), accs, curs,
                   combined, inits, bodies, result)
 

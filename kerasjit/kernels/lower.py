@@ -288,7 +288,8 @@ class _Lowering:
         return self.keys.setdefault((id(inst), role), len(self.keys))
 
     def combiner(self, computation, n):
-        """Vars and combined Exprs of a scalar HLO computation of 2n parameters."""
+        """Vars of the first n and of the last n parameters of a scalar HLO
+        computation, and its combined Exprs."""
         params = computation.parameters
         names = [f"{computation.name}.{p.parameter_number}" for p in params]
         vars_ = [Var(p.shape.dtype, name) for p, name in zip(params, names)]
