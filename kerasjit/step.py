@@ -66,16 +66,24 @@ def _packer(structure):
 
 class _Run:
     """One input signature's step, resolved once: its Program, variables and
-    output packing, and once it can, the direct route to its executable."""
+    output packing, and once it can, the direct route to its executable.
 
-    def __init__(self, program, state, out_structure):
+    A program whose last output is its input checks' verdict (checks.py) has
+    `recheck`: the step as TensorFlow traced it, run for a step that failed."""
+
+    def __init__(self, program, state, out_structure, recheck=None):
         self.program, self.state, self.pack = program, state, _packer(out_structure)
+        self.recheck = recheck
         self.direct = None
 
     def __call__(self, tensors):
         values = self.state.read()
         self.direct = self.direct or self.program.bind(tensors, values)
         outputs, new_state = (self.direct or self.program.run)(tensors, values)
+        if self.recheck is not None and not outputs.pop():
+            # The variables kept their values: TensorFlow's kernels raise their error
+            # (or, accepting the inputs after all, make the step).
+            return self.recheck.run(tensors, [])[0]
         self.state.write(new_state)
         return outputs
 
@@ -113,8 +121,10 @@ class CompiledStep:
             return _Run(whole_step_in_tensorflow(concrete, str(e), self.store),
                         VariableState([], {}, self.store), out_structure[0])
         program = build_program(fg, self.backend, self.max_shapes, self.events, self.race)
+        recheck = whole_step_in_tensorflow(concrete, "its inputs failed a check", self.store) \
+            if fg.checked else None
         return _Run(program, VariableState(fg.variables, fg.state_outputs, self.store),
-                    out_structure[0])
+                    out_structure[0], recheck)
 
     def _key(self, args):
         flat = []
@@ -183,12 +193,12 @@ class CompiledStep:
         if len(steps) > 1:
             ran = run.program.run_steps([list(column) for column in zip(*steps)],
                                         run.state.read(), keep_all)
-        if ran is not None:
+        if ran is not None and (run.recheck is None or ran[0].pop().all()):
             outputs, new_state = ran
             if keep_all:
                 outputs = [o.reshape((-1, *o.shape[2:])) for o in outputs]
             run.state.write(new_state)
-        else:
+        else:       # (a step that failed its checks, the group's state untouched: step by step)
             per_step = [run([gathered(a) for a in tensors]) for tensors in steps]
             outputs = [np.concatenate(o) for o in zip(*per_step)] \
                 if keep_all and len(per_step) > 1 else per_step[-1]

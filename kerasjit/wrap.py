@@ -154,12 +154,26 @@ def _fit_entry(fit, model, state):
     return call
 
 
+def _metrics_result_entry(get_metrics_result, model, state):
+    """Keras's get_metrics_result, without the metrics that no step has built
+    when none has run (a fit or evaluate on no data: Keras's traced step
+    would have built them, and its logs then leave them out all the same)."""
+    entry = _entry(get_metrics_result, model, state.store)
+
+    @functools.wraps(get_metrics_result)
+    def call():
+        built = [m for m in model.metrics if getattr(m, "built", True)]
+        if state.train.programs or state.test.programs or len(built) == len(model.metrics):
+            return entry()
+        return {m.name: m.result() for m in built}
+    return call
+
+
 # Keras entry points that read data or read/reset variables.
-_ENTRIES = ("evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch",
-             "get_metrics_result")
+_ENTRIES = ("evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch")
 # Every instance attribute wrap sets; re-wrapping restores Keras's own first.
-_WRAPPED_METHODS = ("fit", "compile", *_ENTRIES, "make_train_function", "make_test_function",
-                    "make_predict_function")
+_WRAPPED_METHODS = ("fit", "compile", *_ENTRIES, "get_metrics_result", "make_train_function",
+                    "make_test_function", "make_predict_function")
 
 
 def wrap(model, backend="auto", max_shapes=8, race=True):
@@ -216,6 +230,7 @@ def wrap(model, backend="auto", max_shapes=8, race=True):
     model.fit = _fit_entry(model.fit, model, state)
     for name in _ENTRIES:
         setattr(model, name, _entry(getattr(model, name), model, state.store))
+    model.get_metrics_result = _metrics_result_entry(model.get_metrics_result, model, state)
     model.make_train_function = make_train_function
     model.make_test_function = make_test_function
     model.make_predict_function = make_predict_function

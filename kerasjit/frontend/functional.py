@@ -10,8 +10,10 @@ compiled clusters take variables as parameters and return their updates
 from dataclasses import dataclass, field
 
 import tensorflow as tf
-from tensorflow.core.framework import attr_value_pb2, node_def_pb2
+from tensorflow.core.framework import node_def_pb2
 
+from .checks import add_input_checks, asserted_condition
+from .nodes import const, node_name, placeholder, tensor_name
 from .rewrites import rewrite_for_tf_parity
 
 # op type -> elementwise op applying the update to the current value
@@ -34,31 +36,7 @@ class FunctionalGraph:
     outputs: list               # tensor names of the function's flat outputs
     state_outputs: dict = field(default_factory=dict)   # variable index -> tensor name
     specs: dict = field(default_factory=dict)   # tensor name -> tf.TensorSpec (as traced)
-
-
-def tensor_name(name):
-    """A GraphDef input ('x', 'x:1', '^x') as a tensor name ('x:0', 'x:1')."""
-    name = name.lstrip("^")
-    return name if ":" in name else name + ":0"
-
-
-def node_name(tensor):
-    """The node producing a tensor (or named by a control input)."""
-    return tensor.lstrip("^").split(":")[0]
-
-
-def _placeholder(name, dtype, shape):
-    node = node_def_pb2.NodeDef(name=name, op="Placeholder")
-    node.attr["dtype"].type = dtype.as_datatype_enum
-    node.attr["shape"].shape.CopyFrom(tf.TensorShape(shape).as_proto())
-    return node
-
-
-def _const(name, value):
-    node = node_def_pb2.NodeDef(name=name, op="Const")
-    node.attr["dtype"].type = tf.as_dtype(value.dtype).as_datatype_enum
-    node.attr["value"].CopyFrom(attr_value_pb2.AttrValue(tensor=tf.make_tensor_proto(value)))
-    return node
+    checked: bool = False       # the last output says whether the inputs passed checks.py's
 
 
 def functionalize(concrete_fn):
@@ -89,7 +67,7 @@ def functionalize(concrete_fn):
         current[internal] = tensor_name(state_inputs[var_index[id(var)]])
     renamed = {}                      # removed tensor -> replacement tensor
     removed = set()
-    nodes = [_placeholder(n, v.dtype, v.shape) for n, v in zip(state_inputs, variables)]
+    nodes = [placeholder(n, v.dtype, v.shape) for n, v in zip(state_inputs, variables)]
     specs.update((tensor_name(n), tf.TensorSpec(v.shape, v.dtype))
                  for n, v in zip(state_inputs, variables))
 
@@ -102,9 +80,16 @@ def functionalize(concrete_fn):
         """The variable handle an input names, or None for a value."""
         return None if name.startswith("^") else aliases.get(node_name(name))
 
+    asserted = []                     # conditions of the step's assertions
     for node in graph_def.node:
+        condition = asserted_condition(node, graph_def.library)
+        if condition is not None:         # run for its effect: a check (checks.py)
+            asserted.append(tensor_name(resolve(condition)))
+            renamed[tensor_name(node.name)] = asserted[-1]
+            removed.add(node.name)
+            continue
         if node.name in constants:
-            nodes.append(_const(node.name, constants[node.name]))
+            nodes.append(const(node.name, constants[node.name]))
             continue
         if node.name in internal_to_var:
             removed.add(node.name)
@@ -153,13 +138,15 @@ def functionalize(concrete_fn):
     inputs = [t.name for t in graph.inputs[:len(graph.inputs) - len(graph.captures)]]
     fg = FunctionalGraph(nodes, graph_def.library, inputs, variables,
                          [tensor_name(n) for n in state_inputs], outputs, state_outputs, specs)
-    return rewrite_for_tf_parity(_prune(fg))
+    return add_input_checks(rewrite_for_tf_parity(_prune(fg, asserted)), asserted)
 
 
-def _prune(fg):
-    """Drop nodes no output depends on (reads left dangling, NoOps, asserts)."""
+def _prune(fg, also=()):
+    """Drop nodes that no output (nor a tensor of `also`) depends on: reads
+    left dangling, NoOps, Asserts."""
     by_name = {n.name: n for n in fg.nodes}
-    live, stack = set(), [node_name(t) for t in fg.outputs + list(fg.state_outputs.values())]
+    live, stack = set(), [node_name(t) for t in [*fg.outputs, *fg.state_outputs.values(),
+                                                 *also]]
     stack += [node_name(t) for t in fg.inputs + fg.state_inputs]
     while stack:
         name = stack.pop()

@@ -14,7 +14,7 @@ from ..kernels.dot_gemm import gemm_of
 from ..runtime.program import ClusterRun, Program, Specializer
 from ..runtime.race import Race
 from . import bridge
-from .functional import node_name, tensor_name
+from .nodes import node_name, tensor_name
 from .partition import Node, partition
 
 _SOURCE_OPS = {"Placeholder", "Const"}
@@ -205,7 +205,7 @@ def build_program(fg, backend, cap=8, events=None, race=True):
         if node is not None and node.op == "Const":
             constants[t] = tf.make_ndarray(node.attr["value"].tensor)
     return Program(clusters, fg.inputs, fg.state_inputs, fg.outputs, fg.state_outputs,
-                   constants)
+                   constants, fg.checked)
 
 
 def whole_step_in_tensorflow(concrete, reason, store=None):

@@ -99,6 +99,7 @@ class Program:
     outputs: list               # tensor names of the flat step outputs
     state_outputs: dict         # variable index -> tensor name
     constants: dict = field(default_factory=dict)   # const tensors read outside clusters
+    checked: bool = False       # the last output is the input checks' verdict (checks.py)
 
     def buffer_bytes(self):
         """Bytes held by the compiled executables' own buffers."""
@@ -150,10 +151,13 @@ class Program:
         step to step.
 
         Returns (outputs, new_state) as `run` does, outputs of the last step (of
-        every step, stacked, with keep_all_outputs), or None where this program
-        cannot: more than one cluster, TensorFlow clusters, a backend without it.
+        every step, stacked, with keep_all_outputs; a checked program's verdict
+        always of every step), or None where this program cannot: more than one
+        cluster, TensorFlow clusters, a backend without it, checks with state
+        (a step that fails them must stop the steps after it).
         """
-        if len(self.clusters) != 1 or not self.clusters[0].settled:
+        if len(self.clusters) != 1 or not self.clusters[0].settled \
+                or self.checked and self.state_outputs:
             return None
         cluster, n = self.clusters[0], len(step_args[0])
         where = {t: i for i, t in enumerate(cluster.outputs)}
@@ -162,7 +166,8 @@ class Program:
             return None       # an output that is an input passed through
         carried_from = {t: where[self.state_outputs[i]] for i, t in enumerate(self.state_inputs)
                         if i in self.state_outputs}
-        stacked_outputs = {where[t] for t in self.outputs} if keep_all_outputs else set()
+        stacked_outputs = {where[t] for t in (self.outputs if keep_all_outputs else
+                                              self.outputs[-1:] if self.checked else [])}
         if stacked_outputs & set(carried_from.values()):
             return None
         sources = dict(self.constants)
