@@ -108,13 +108,13 @@ def test_parts_compiled_by_a_worker_link_and_compute_the_same(monkeypatch, tmp_p
 
 def test_a_worker_dying_mid_compile_costs_only_time(monkeypatch, tmp_path):
     pool = workers.Pool(1)
-    reply = workers.Worker.result
+    submit = workers.Worker.submit
 
-    def die_first(worker):
+    def die_first(worker, *args):     # (dead before it could reply: no race with its reply)
         worker.process.kill()
         worker.process.wait()
-        return reply(worker)
-    monkeypatch.setattr(workers.Worker, "result", die_first)
+        return submit(worker, *args)
+    monkeypatch.setattr(workers.Worker, "submit", die_first)
     try:
         executable, record = _compiled_in_parts(monkeypatch, tmp_path, pool)
         assert len(record["objects"]) == 2       # its part compiled here instead

@@ -47,7 +47,7 @@ def _object_code(llvm_ir, name, unroll):
     """The object code of program `name`'s module: in parts, compiled side by
     side on the compile workers, where it is long enough."""
     def here(text):
-        return engine.object_code(engine.optimize(text, unroll))
+        return engine.compile_interruptibly(text, unroll)
     if len(llvm_ir) < SPLIT_FROM_CHARS:
         return [here(llvm_ir)]
     texts = split_module(llvm_ir, f"{name}_", f"{name}_entry", workers.pool.parallelism())
