@@ -1,23 +1,47 @@
 """Persistent compile cache: object code per (HLO, host CPU, versions).
 
-An entry holds the native objects (a module's parts) and the buffer table
-its entry point expects. A corrupt or stale entry (unreadable, wrong key,
-checksum mismatch) is ignored and rebuilt. KERASJIT_CACHE_DIR moves the
-cache; an empty value turns it off.
+An entry is native code this process links and runs, so the cache trusts
+only the user's own files in a directory that only the user (and root) can
+change. The directory and the directories above it are judged as ssh's
+StrictModes judges a path; the directory is then checked and used through
+one descriptor, so it cannot be swapped under us. An unsafe directory is
+reported once and bypassed.
+
+An entry, `<key>.kjc`, is plain data, never code to unpickle: a magic line
+with the format version and the header's SHA-256, a JSON header (the key,
+the record's fields, each blob's size and SHA-256), then the blobs (object
+files, constant arrays' bytes). An entry that is not a private regular
+file, or whose bytes do not add up, is ignored and rebuilt.
+KERASJIT_CACHE_DIR moves the cache; an empty value turns it off.
 """
 import functools
 import hashlib
+import json
 import os
 import pathlib
-import pickle
 import re
-import tempfile
+import secrets
+import stat
+import warnings
 
 import llvmlite
+import numpy as np
 
 from ...hlo import print_module
+from ...hlo.shape import DTYPES
+from ...kernels.ir import Buffer, KernelProgram
 
-FORMAT = 3     # bump when what an entry holds changes
+FORMAT = 4     # bump when what an entry holds changes
+MAGIC = b"kerasjit-cache"
+SUFFIX = ".kjc"
+MAX_ENTRY_BYTES = 1 << 30
+SHARED_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+_refused = set()    # directories already warned about in this process
+
+
+class BadEntry(Exception):
+    """An entry that is not ours, not a regular file, or not self-consistent."""
 
 
 def cache_dir():
@@ -52,37 +76,198 @@ def cache_key(module, host, version, donate=None):
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _checksum(objects):
-    digest = hashlib.sha256()
-    for code in objects:
-        digest.update(hashlib.sha256(code).digest())
-    return digest.hexdigest()
-
-
 def load(key):
-    """The cached record for `key`, or None (missing, corrupt or stale)."""
-    directory = cache_dir()
-    if not directory:
+    """The cached record for `key`, or None (no cache, missing, bad or stale)."""
+    directory = _open_directory()
+    if directory is None:
         return None
     try:
-        with open(os.path.join(directory, key + ".pkl"), "rb") as f:
-            record = pickle.load(f)
-        if record["key"] != key or record["checksum"] != _checksum(record["objects"]):
-            return None
-        return record
-    except Exception:       # unreadable, truncated, from another format: rebuild
+        return _decode(_read_entry(directory, key + SUFFIX), key)
+    except (OSError, BadEntry):
         return None
+    finally:
+        os.close(directory)
 
 
 def store(key, record):
-    directory = cache_dir()
-    if not directory:
+    directory = _open_directory()
+    if directory is None:
         return
-    record = dict(record, key=key, checksum=_checksum(record["objects"]))
     try:
-        os.makedirs(directory, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, delete=False) as f:
-            pickle.dump(record, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(f.name, os.path.join(directory, key + ".pkl"))   # atomic: no torn entries
+        _write_entry(directory, key + SUFFIX, _encode(key, record))
     except OSError:
-        pass                # a read-only or full disk only costs the next compile
+        pass    # a full disk, or a directory at the entry's path, costs the next compile
+    finally:
+        os.close(directory)
+
+
+# ---------------------------------------------------------------- the directory
+def _open_directory():
+    """A descriptor of the cache directory (created 0700 if missing), or None:
+    the cache is off, or the directory is unsafe or unusable (warned once)."""
+    path, fd = cache_dir(), None
+    if not path:
+        return None
+    try:
+        created = _make_directory(path)
+        real = os.path.realpath(path)
+        fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        reason = _why_unsafe(fd, real)
+        if created and not reason:
+            os.fchmod(fd, 0o700)    # a umask may have taken the owner's bits
+    except OSError as error:
+        reason = str(error)
+    if reason:
+        if fd is not None:
+            os.close(fd)
+        _refuse(path, reason)
+        return None
+    return fd
+
+
+def _make_directory(path):
+    """Whether the directory had to be created (0700; its parents as makedirs does)."""
+    try:
+        os.makedirs(path, mode=0o700)
+    except FileExistsError:
+        return False
+    return True
+
+
+def _why_unsafe(fd, path):
+    """Why another user could plant or replace entries in the directory open
+    as `fd` (at real path `path`), or None."""
+    uid = os.geteuid()
+    info = os.fstat(fd)
+    if info.st_uid != uid:
+        return f"it is owned by uid {info.st_uid}, not by you (uid {uid})"
+    if info.st_mode & SHARED_WRITE:
+        return f"it is writable by group or others (mode {stat.S_IMODE(info.st_mode):o})"
+    for parent in pathlib.Path(path).parents:
+        info = os.stat(parent)
+        if info.st_uid not in (0, uid):
+            return f"{parent} above it is owned by uid {info.st_uid}, neither root nor you"
+        if info.st_mode & SHARED_WRITE and not info.st_mode & stat.S_ISVTX:
+            return f"{parent} above it is writable by group or others and not sticky"
+    return None
+
+
+def _refuse(path, reason):
+    if path in _refused:
+        return
+    _refused.add(path)
+    warnings.warn(
+        f"kerasjit: not using the compile cache {path}: {reason}. Its entries are native "
+        "code this process runs, so it must be a directory owned by you that only you can "
+        "write, below directories only you or root can write: fix the owner or mode (chmod "
+        "700), or set KERASJIT_CACHE_DIR to another directory (empty turns the cache off).",
+        RuntimeWarning)
+
+
+# ---------------------------------------------------------------- entries as files
+def _read_entry(directory, name):
+    """The bytes of entry `name`, if a regular file of ours that no one else can
+    write. Never follows a symbolic link, never blocks on a FIFO."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                 dir_fd=directory)
+    try:
+        info = os.fstat(fd)
+        if not (stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
+                and not info.st_mode & SHARED_WRITE and info.st_size <= MAX_ENTRY_BYTES):
+            raise BadEntry(name)
+        with open(fd, "rb", closefd=False) as f:
+            return f.read(info.st_size + 1)
+    finally:
+        os.close(fd)
+
+
+def _write_entry(directory, name, chunks):
+    """Replace entry `name` at once: a reader sees the old entry or the new one."""
+    temp = f"{name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600,
+                 dir_fd=directory)
+    replaced = False
+    try:
+        with open(fd, "wb") as f:
+            f.writelines(chunks)
+        os.replace(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
+        replaced = True
+    finally:
+        if not replaced:
+            os.unlink(temp, dir_fd=directory)
+
+
+# ---------------------------------------------------------------- the format
+def _magic_line(header):
+    return b"%s %d %s\n" % (MAGIC, FORMAT, hashlib.sha256(header).hexdigest().encode())
+
+
+def _encode(key, record):
+    """The chunks of an entry holding `record`: magic line, JSON header, blobs."""
+    blobs = list(record["objects"])
+    program = record["program"]     # its steps are [] (they are in the code)
+
+    def constant(buffer):
+        if buffer.data is None:
+            return None
+        array = np.asarray(buffer.data, DTYPES[buffer.dtype], order="C")
+        blobs.append(array.tobytes())
+        return {"blob": len(blobs) - 1, "shape": array.shape}
+
+    header = {
+        "key": key, "objects": list(range(len(record["objects"]))), "entry": record["entry"],
+        "kernels": record["kernels"], "cores_free": record["cores_free"],
+        "counters": record["counters"],
+        "program": {
+            "buffers": [{"id": b.id, "dtype": b.dtype, "dims": b.dims, "role": b.role,
+                         "data": constant(b), "name": b.name} for b in program.buffers],
+            "params": program.params, "outputs": program.outputs,
+            "decisions": program.decisions, "storage": list(program.storage.items()),
+            "slot_bytes": program.slot_bytes, "aliases": list(program.aliases.items())},
+        "blobs": [[len(b), hashlib.sha256(b).hexdigest()] for b in blobs]}
+    text = json.dumps(header).encode()
+    return [_magic_line(text), text, b"\n", *blobs]
+
+
+def _decode(data, key):
+    """The record entry bytes `data` hold for `key`; BadEntry if anything is off."""
+    magic_end = data.find(b"\n") + 1
+    header_end = data.find(b"\n", magic_end)
+    header = data[magic_end:header_end]
+    if header_end < 0 or data[:magic_end] != _magic_line(header):
+        raise BadEntry("not this format, or a damaged header")
+    header = json.loads(header)
+    if header["key"] != key:
+        raise BadEntry("another key's entry")
+    blobs = _blobs(memoryview(data)[header_end + 1:], header["blobs"])
+    plain = header["program"]
+
+    def constant(buffer):
+        if buffer["data"] is None:
+            return None
+        blob, shape = buffer["data"]["blob"], buffer["data"]["shape"]
+        return np.frombuffer(blobs[blob], DTYPES[buffer["dtype"]]).reshape(shape).copy()
+
+    buffers = [Buffer(b["id"], b["dtype"], tuple(b["dims"]), b["role"], constant(b), b["name"])
+               for b in plain["buffers"]]
+    program = KernelProgram(buffers, [], plain["params"], plain["outputs"],
+                            [tuple(d) for d in plain["decisions"]], dict(plain["storage"]),
+                            plain["slot_bytes"], dict(plain["aliases"]))
+    return {"program": program, "objects": [bytes(blobs[i]) for i in header["objects"]],
+            "entry": header["entry"], "kernels": [tuple(k) for k in header["kernels"]],
+            "cores_free": header["cores_free"],
+            "counters": header["counters"] and tuple(header["counters"])}
+
+
+def _blobs(data, sizes_and_digests):
+    """`data` cut into the blobs the header lists, each checked against its digest."""
+    blobs, offset = [], 0
+    for size, digest in sizes_and_digests:
+        blob = data[offset:offset + size]
+        if len(blob) != size or hashlib.sha256(blob).hexdigest() != digest:
+            raise BadEntry("a truncated or damaged blob")
+        blobs.append(blob)
+        offset += size
+    if offset != len(data):
+        raise BadEntry("bytes after the last blob")
+    return blobs
