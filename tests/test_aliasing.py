@@ -11,6 +11,8 @@ from kerasjit.hlo.evaluator import evaluate
 
 from test_passes import hlo
 
+pytestmark = pytest.mark.tensorflow_reference
+
 SUM = """%sum (a: f32[], b: f32[]) -> f32[] {
   %a = f32[] parameter(0)
   %b = f32[] parameter(1)

@@ -24,6 +24,8 @@ from structured_cases import DOT_CONV_POOL, LOOP_ONLY, rand
 from elementwise_cases import (FLOAT_BINARY, FLOAT_UNARY, INT_BINARY, INT_UNARY,
                                elementwise_module)
 
+pytestmark = pytest.mark.tensorflow_reference
+
 # Opcodes this backend leaves to TensorFlow (complex numbers, precision emulation).
 NOT_COMPILED = {"real", "imag", "complex", "reduce-precision"}
 

@@ -12,6 +12,8 @@ from kerasjit.hlo.ir import Computation, Instruction, Module, WindowDim
 from kerasjit.hlo.opcodes import OPCODES
 from kerasjit.hlo.shape import Shape
 
+pytestmark = pytest.mark.tensorflow_reference
+
 RNG = np.random.RandomState(0)
 
 
@@ -25,11 +27,13 @@ def randint(lo, hi, *shape, dtype=np.int32):
 
 def check(fn, *args, rtol=1e-5, atol=1e-6, reference="eager"):
     """Evaluate fn's HLO on args and compare with TF running fn (eagerly, or
-    compiled by XLA when `reference == "jit"`)."""
+    compiled by XLA when `reference == "jit"`), or running `reference`, a
+    function computing the same another way."""
     def positional(*xs):        # tf.function binds TF ops' keyword defaults otherwise
         return fn(*xs)
     tensors = [tf.constant(a) for a in args]
-    run = fn if reference == "eager" else tf.function(positional, jit_compile=True)
+    run = reference if callable(reference) else fn if reference == "eager" \
+        else tf.function(positional, jit_compile=True)
     expected = [np.asarray(e) for e in tf.nest.flatten(run(*tensors))]
     module = hlo_module(positional, *tensors)
     got = evaluator.evaluate(module, [np.asarray(a) for a in args])
@@ -87,9 +91,24 @@ def _conv_and_grads(conv):
 def test_conv2d_forward_and_gradients(stride, padding, dilation):
     def conv(x, k):
         return tf.nn.conv2d(x, k, stride, padding, dilations=dilation)
+
+    def undilated(x, k):    # (TensorFlow's kernels without oneDNN have no dilated gradient)
+        return tf.nn.conv2d(x, _spread(k, dilation), stride, padding)
     x, k = randn(2, 7, 6, 3), randn(3, 3, 3, 4)
     up = randn(*conv(x, k).shape)
-    check(_conv_and_grads(conv), x, k, up, rtol=1e-4, atol=1e-5)
+    check(_conv_and_grads(conv), x, k, up, rtol=1e-4, atol=1e-5,
+          reference=_conv_and_grads(undilated))
+
+
+def _spread(k, rate):
+    """Kernel `k` with rate - 1 zeros between its taps: a convolution with it is
+    the one with `k` dilated by `rate`."""
+    for axis in (0, 1):
+        taps = tf.unstack(k, axis=axis)
+        gap = [tf.zeros_like(taps[0])] * (rate - 1)
+        k = tf.stack([t for tap in taps for t in [tap, *gap]][:len(taps) * rate - rate + 1],
+                     axis=axis)
+    return k
 
 
 @pytest.mark.parametrize("stride", [1, 2])

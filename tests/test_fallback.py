@@ -8,6 +8,8 @@ import tensorflow as tf
 
 import kerasjit
 
+pytestmark = pytest.mark.tensorflow_reference
+
 
 class RunTimeAxisExpand(keras.layers.Layer):
     """The seed's case: expand_dims on an axis drawn at run time (always 1 here)."""
@@ -142,7 +144,9 @@ def test_a_step_that_cannot_be_made_dataflow_runs_whole_in_tensorflow_with_a_war
     for a, b in zip(wrapped.get_weights(), plain.get_weights()):
         np.testing.assert_array_equal(a, b)
     assert wrapped.steps_seen.numpy().tolist() == [0.0, 10.0]
-    np.testing.assert_array_equal(wrapped.predict(x, verbose=0), plain.predict(x, verbose=0))
+    # (predict is compiled: TensorFlow's kernels may round otherwise)
+    np.testing.assert_allclose(wrapped.predict(x, verbose=0), plain.predict(x, verbose=0),
+                               rtol=1e-6, atol=1e-7)
     step = wrapped._kerasjit.train
     [cluster] = next(iter(step.programs.values())).program.clusters
     assert cluster.kind == "tensorflow" and "ResourceScatterNdAdd" in cluster.reason

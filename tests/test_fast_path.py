@@ -10,6 +10,8 @@ from keras.src.utils import python_utils
 import kerasjit
 from kerasjit.runtime import feed
 
+pytestmark = pytest.mark.tensorflow_reference
+
 X = np.random.default_rng(0).normal(size=(90, 6)).astype(np.float32)
 Y = keras.utils.to_categorical(np.random.default_rng(1).integers(0, 3, 90), 3)
 

@@ -15,6 +15,8 @@ import tensorflow as tf
 import kerasjit
 from kerasjit.runtime import feed
 
+pytestmark = pytest.mark.tensorflow_reference
+
 X = np.random.default_rng(0).normal(size=(90, 6)).astype(np.float32)
 LABELS = np.random.default_rng(1).integers(0, 3, 90)
 Y = keras.utils.to_categorical(LABELS, 3)

@@ -14,6 +14,8 @@ import pytest
 import kerasjit
 from kerasjit import workloads
 
+pytestmark = pytest.mark.tensorflow_reference
+
 STEPS = 5
 
 

@@ -14,6 +14,8 @@ from kerasjit.runtime.arrays import Rows, gathered
 
 from test_fast_path import X, Y, model
 
+pytestmark = pytest.mark.tensorflow_reference
+
 
 def trained(shuffle, **fit_kwargs):
     m = model(True, steps_per_execution=3, race=False)

@@ -12,6 +12,8 @@ import pytest
 import kerasjit
 from kerasjit import workloads
 
+pytestmark = pytest.mark.tensorflow_reference
+
 X, Y = workloads.classification_data(96, (20,), 3)
 
 

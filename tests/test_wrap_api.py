@@ -7,6 +7,8 @@ import tensorflow as tf
 import kerasjit
 from kerasjit import workloads
 
+pytestmark = pytest.mark.tensorflow_reference
+
 
 def small_model():
     model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, activation="relu"),
