@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from kerasjit.backends.cpu import engine
+import kerasjit.backends.cpu as cpu
+from kerasjit.backends.cpu import engine, workers
 
 
 def long_module(functions=150, terms=300):
@@ -48,7 +49,7 @@ def test_ctrl_c_during_llvm_takes_effect_before_llvm_returns(monkeypatch):
         signal.pthread_kill(main, signal.SIGINT)
     threading.Timer(0.2, interrupt).start()
     with pytest.raises(KeyboardInterrupt):
-        engine.compile_interruptibly(module, unroll=True)
+        cpu._object_code(module, "interrupted", unroll=True)
     waited = time.perf_counter() - signalled[0]
     assert waited < 0.5, f"the interrupt waited {waited:.1f} s for LLVM"
     for _ in range(1200):     # (the module is dropped; its thread ends on its own)
@@ -60,4 +61,21 @@ def test_ctrl_c_during_llvm_takes_effect_before_llvm_returns(monkeypatch):
 
 def test_a_compile_error_reaches_the_caller():
     with pytest.raises(RuntimeError):
-        engine.compile_interruptibly("define void @f() { ret i32 0 }", unroll=True)
+        cpu._object_code("define void @f() { ret i32 0 }", "wrong", unroll=True)
+
+
+def test_an_interrupted_compile_does_not_wait_for_busy_workers():
+    """The compile workers' parts are unwanted once this process's part is
+    interrupted: they are stopped, not waited for."""
+    pool = workers.Pool(1)
+
+    def interrupted(text):
+        raise KeyboardInterrupt
+    try:
+        start = time.perf_counter()
+        with pytest.raises(KeyboardInterrupt):
+            pool.compile(["", long_module()], True, interrupted)
+        assert time.perf_counter() - start < 0.3
+        assert not pool.workers
+    finally:
+        pool.close()

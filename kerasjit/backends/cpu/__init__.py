@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import gc
 import math
+import threading
 
 from ... import __version__
 from ...kernels.ir import LoopKernel, Reduce, leaf_steps, walk
@@ -43,11 +44,31 @@ def has_long_loops(program):
 SPLIT_FROM_CHARS = 50_000
 
 
+def _interruptibly(fn):
+    """fn(), made on a thread of its own while this one waits: Python runs a
+    Ctrl-C's handler only between calls into C, and LLVM's can take seconds;
+    the wait takes it at once (the thread finishes its call, unused)."""
+    result, done = [], threading.Event()
+
+    def call():
+        try:
+            result.append((True, fn()))
+        except BaseException as e:          # raised again on the waiting thread
+            result.append((False, e))
+        done.set()
+    threading.Thread(target=call, name="kerasjit-llvm", daemon=True).start()
+    done.wait()
+    ok, value = result[0]
+    if not ok:
+        raise value
+    return value
+
+
 def _object_code(llvm_ir, name, unroll):
     """The object code of program `name`'s module: in parts, compiled side by
     side on the compile workers, where it is long enough."""
     def here(text):
-        return engine.compile_interruptibly(text, unroll)
+        return _interruptibly(lambda: engine.object_code(engine.optimize(text, unroll)))
     if len(llvm_ir) < SPLIT_FROM_CHARS:
         return [here(llvm_ir)]
     texts = split_module(llvm_ir, f"{name}_", f"{name}_entry", workers.pool.parallelism())

@@ -65,26 +65,6 @@ def object_code(module):
     return _jit()["machine"].emit_object(module)
 
 
-def compile_interruptibly(llvm_ir, unroll):
-    """object_code(optimize(llvm_ir, unroll)) on a thread of its own while this
-    one waits: Python takes a Ctrl-C only between calls into C, and LLVM's
-    can take seconds; the wait takes it at once (the thread then finishes
-    its module, unused)."""
-    result, done = [], threading.Event()
-
-    def work():
-        try:
-            result.append(object_code(optimize(llvm_ir, unroll)))
-        except BaseException as e:      # raised again on the waiting thread
-            result.append(e)
-        done.set()
-    threading.Thread(target=work, name="kerasjit-llvm", daemon=True).start()
-    done.wait()
-    if isinstance(result[0], BaseException):
-        raise result[0]
-    return result[0]
-
-
 def load_objects(codes, entry):
     """Link object code (the parts of one module: module_split.py) into this
     process; the address of its `entry` function."""

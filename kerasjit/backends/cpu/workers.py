@@ -78,15 +78,17 @@ class Worker:
             raise WorkerError(value)
         return value
 
-    def close(self):
+    def close(self, grace=0.5):
+        """Close its pipes and let it exit, killed after `grace` seconds (busy, or
+        its stdin still open in a fork)."""
         for stream in (self.process.stdin, self.process.stdout):
             try:
                 stream.close()
             except OSError:
                 pass
         try:
-            self.process.wait(timeout=0.5)
-        except subprocess.TimeoutExpired:    # (busy, or its stdin still open in a fork)
+            self.process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
 
@@ -153,13 +155,13 @@ class Pool:
                     except (EOFError, OSError, pickle.UnpicklingError):
                         self._drop(worker)
                     objects.append(compile_here(texts[i]))
-            finally:
-                for worker in sent.values():    # its reply would answer the next request
-                    self._drop(worker)
+            finally:       # its reply would answer the next request; its work is unwanted
+                for worker in sent.values():
+                    self._drop(worker, grace=0)
             return objects
 
-    def _drop(self, worker):
-        worker.close()
+    def _drop(self, worker, grace=0.5):
+        worker.close(grace)
         if worker in self.workers:
             self.workers.remove(worker)
 
