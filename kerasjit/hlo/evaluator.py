@@ -250,7 +250,8 @@ _UNARY_UFUNCS = {
     "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "cbrt": np.cbrt, "tanh": np.tanh,
     "logistic": lambda x: 1 / (1 + np.exp(-x)), "sine": np.sin, "cosine": np.cos,
     "tan": np.tan, "floor": np.floor, "ceil": np.ceil, "round-nearest-even": np.rint,
-    "sign": np.sign, "is-finite": np.isfinite, "real": np.real,
+    "sign": lambda x: np.where(x == 0, x, np.sign(x)),     # (-0 keeps its sign: XLA)
+    "is-finite": np.isfinite, "real": np.real,
 }
 _BINARY_UFUNCS = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply,

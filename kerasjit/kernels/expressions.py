@@ -21,8 +21,26 @@ class Unsupported(NotImplementedError):
 
 
 def op_of(inst, args):
-    attr = inst.attrs.get("direction") if inst.opcode == "compare" else None
-    return Op(inst.shape.dtype, inst.opcode, tuple(args), attr)
+    if inst.opcode != "compare":
+        return Op(inst.shape.dtype, inst.opcode, tuple(args))
+    if inst.attrs.get("type", inst.attrs.get("comparison_type")) == "TOTALORDER" \
+            and args[0].dtype in _TOTAL_ORDER_KEY:
+        args = [_total_order_key(a) for a in args]
+    return Op(inst.shape.dtype, "compare", tuple(args), inst.attrs["direction"])
+
+
+_TOTAL_ORDER_KEY = {"f32": ("s32", 0x7FFFFFFF), "f64": ("s64", 0x7FFFFFFFFFFFFFFF)}
+
+
+def _total_order_key(x):
+    """A float's bits as a signed integer ordered like XLA's TOTALORDER
+    (-NaN < -inf < ... < -0 < +0 < ... < inf < NaN): negative floats have
+    their magnitude bits flipped."""
+    int_type, magnitude = _TOTAL_ORDER_KEY[x.dtype]
+    bits = Op(int_type, "bitcast-convert", (x,))
+    negative = Op("pred", "compare", (bits, Const(int_type, 0)), "LT")
+    flipped = Op(int_type, "xor", (bits, Const(int_type, magnitude)))
+    return Op(int_type, "select", (negative, flipped, bits))
 
 
 def elementwise(lw, inst, index):

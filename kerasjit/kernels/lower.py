@@ -136,6 +136,8 @@ class _Lowering:
 
     def materialized(self, inst):
         """The buffer holding `inst`, computing it into a temp first if needed."""
+        if inst.opcode == "constant" and inst not in self.buffer_of:   # a scalar a GEMM reads
+            self.buffer_for(inst, "constant", inst.literal)
         if inst not in self.buffer_of:
             self._emit(inst, "temp")
         return self.buffer_of[inst]
