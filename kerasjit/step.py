@@ -68,12 +68,15 @@ class _Run:
     """One input signature's step, resolved once: its Program, variables and
     output packing, and once it can, the direct route to its executable.
 
-    A program whose last output is its input checks' verdict (checks.py) has
-    `recheck`: the step as TensorFlow traced it, run for a step that failed."""
+    `traced` is the step as TensorFlow traced it: while it lives, the functions
+    of its graph (a cond's branches) stay registered for the TensorFlow
+    clusters that call them. A program whose last output is its input
+    checks' verdict (checks.py) has `recheck`: `traced` as a Program, run for
+    a step that failed them."""
 
-    def __init__(self, program, state, out_structure, recheck=None):
+    def __init__(self, program, state, out_structure, traced, recheck=None):
         self.program, self.state, self.pack = program, state, _packer(out_structure)
-        self.recheck = recheck
+        self.traced, self.recheck = traced, recheck
         self.direct = None
 
     def __call__(self, tensors):
@@ -119,12 +122,12 @@ class CompiledStep:
             warnings.warn(f"kerasjit: {self.name} runs in TensorFlow: {e}", RuntimeWarning,
                           stacklevel=5)
             return _Run(whole_step_in_tensorflow(concrete, str(e), self.store),
-                        VariableState([], {}, self.store), out_structure[0])
+                        VariableState([], {}, self.store), out_structure[0], concrete)
         program = build_program(fg, self.backend, self.max_shapes, self.events, self.race)
         recheck = whole_step_in_tensorflow(concrete, "its inputs failed a check", self.store) \
             if fg.checked else None
         return _Run(program, VariableState(fg.variables, fg.state_outputs, self.store),
-                    out_structure[0], recheck)
+                    out_structure[0], concrete, recheck)
 
     def _key(self, args):
         flat = []

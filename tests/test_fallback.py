@@ -1,4 +1,5 @@
 """Per-cluster fallback: what the bridge cannot compile runs in TensorFlow."""
+import gc
 import warnings
 
 import keras
@@ -7,6 +8,9 @@ import pytest
 import tensorflow as tf
 
 import kerasjit
+from kerasjit.step import CompiledStep
+
+from fuzz_keras import compare
 
 pytestmark = pytest.mark.tensorflow_reference
 
@@ -199,3 +203,30 @@ def test_an_output_the_passes_fold_to_a_constant_compiles():
     np.testing.assert_array_equal(tripled, [3.0, 6.0])
     assert four == 4 and four.dtype == np.int32
     assert all(c.kind == "compiled" for c in kerasjit.explain(f, np.ones(2, np.float32)).clusters)
+
+
+def test_a_tensorflow_cluster_calling_a_cond_outlives_the_traced_step(monkeypatch):
+    """A cond (Hinge's) stays in a TensorFlow cluster that calls its branches by
+    name: they must stay registered after the trace is collected. (The fuzzer's
+    shrunk model, seed 0 model 36.)"""
+    trace = CompiledStep._trace
+
+    def trace_then_collect(self, *args):
+        run = trace(self, *args)
+        gc.collect()
+        return run
+    monkeypatch.setattr(CompiledStep, "_trace", trace_then_collect)
+
+    def build():
+        inputs = keras.Input(shape=(9, 2))
+        x = keras.layers.Dense(2)(keras.layers.GlobalAveragePooling1D()(inputs))
+        model = keras.Model(inputs, x)
+        model.compile(optimizer=keras.optimizers.SGD(), loss=keras.losses.Hinge(), metrics=[])
+        return model
+    rng = np.random.default_rng([0, 36])
+    x = rng.normal(size=(3, 9, 2)).astype("float32")
+    y = rng.integers(0, 2, size=(3, 2)).astype("float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)         # (the cond stays in TF)
+        outcome = compare(build, dict(x=x, y=y, batch_size=2, epochs=1, shuffle=False))
+    assert outcome.kind == "match", outcome.describe()
