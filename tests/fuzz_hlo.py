@@ -1398,33 +1398,14 @@ def _first_failing(backend, batch, failure):
 # ------------------------------------------------------------------ runs
 
 
-# Known bugs outside kerasjit, by a piece of their failure message. They are
-# counted apart, not left out of the generator: the programs that hit them are
-# all over its space.
-KNOWN_BUGS = {
-    # LLVM 22 as llvmlite 0.50 ships it (assertions on) aborts the process in
-    # its loop vectoriser on some loops of 3 to 15 elements on AVX-512 hosts:
-    # "VPlan cost model and legacy cost model disagreed".
-    "LoopVectorizationPlanner::computeBestVF(): Assertion": "LLVM loop vectoriser assertion",
-}
-
-
-def known_bug(failure):
-    return next((bug for text, bug in KNOWN_BUGS.items() if text in failure.message), None)
-
-
 @dataclass
 class Report:
     ran: dict = field(default_factory=dict)           # backend -> programs run
     failures: list = field(default_factory=list)      # (seed, index, Failure, shrunk text)
-    known: list = field(default_factory=list)         # (seed, index, Failure) of KNOWN_BUGS
 
     def summary(self):
-        def count(items, name):
-            return sum(item[2].backend == name for item in items)
-        return "; ".join(f"{name}: {n} programs, {count(self.failures, name)} failures"
-                         + (f" ({count(self.known, name)} known bugs)"
-                            if count(self.known, name) else "")
+        return "; ".join(f"{name}: {n} programs, "
+                         f"{sum(f[2].backend == name for f in self.failures)} failures"
                          for name, n in self.ran.items())
 
 
@@ -1447,11 +1428,6 @@ def fuzz(seed, programs, backends, start=0, seconds=None, shrink_failures=True, 
                 for index, case, failure in zip(indices[at:], part, check(backend, part)):
                     report.ran[backend.name] += 1
                     if failure is None:
-                        continue
-                    if known_bug(failure):
-                        log(f"known bug seed={seed} index={index} {failure.backend}: "
-                            f"{known_bug(failure)}")
-                        report.known.append((seed, index, failure))
                         continue
                     log(f"FAIL seed={seed} index={index} {failure.backend} {failure.kind}: "
                         f"{failure.message}")

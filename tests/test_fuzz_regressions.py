@@ -47,6 +47,17 @@ ENTRY %main (clamp.35: f32[]) -> f32[] {
   ROOT %dot.36 = f32[] dot(f32[] %c.32, f32[] %clamp.35), lhs_contracting_dims={}, rhs_contracting_dims={}
 }
 """, [np.float32(3.5)]),
+    # LLVM's loop vectoriser (assertions on, as llvmlite ships it) aborted the
+    # process on some loops of 3 to 15 iterations: short loops are not vectorised.
+    "short_loop_vectoriser_abort": ("""HloModule fuzz
+ENTRY %main (c: pred[1,5], p1: pred[1,5]) -> pred[1,5] {
+  %c = pred[1,5]{1,0} parameter(0)
+  %p1 = pred[1,5]{1,0} parameter(1)
+  %n = pred[1,5]{1,0} not(pred[1,5]{1,0} %c)
+  %x = pred[1,5]{1,0} xor(pred[1,5]{1,0} %c, pred[1,5]{1,0} %n)
+  ROOT %s = pred[1,5]{1,0} select(pred[1,5]{1,0} %n, pred[1,5]{1,0} %x, pred[1,5]{1,0} %p1)
+}
+""", [np.array([[True, False, True, False, False]]), np.array([[False, True, True, False, True]])]),
 }
 
 
