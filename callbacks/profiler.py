@@ -4,24 +4,16 @@
     model.fit(x, y, batch_size=64, epochs=3, callbacks=[profiler, keras.callbacks.CSVLogger(...)])
     profiler.dataframe          # one row per epoch, columns as in COLUMNS
 
-It works on any Keras model, so plain Keras is measured the same way as a
-wrapped one. The figures are also added to each epoch's `logs` under
-`jit_<column>`, so History, CSVLogger and TensorBoard see them when they come
-after the profiler in `callbacks` (History always does). Rows accumulate
-over several `fit` calls, so `fit(initial_epoch=e, epochs=e + 1)` in a loop
-interleaves contenders epoch by epoch.
+Works on any Keras model, plain or wrapped. The figures also go into each
+epoch's `logs` as `jit_<column>` (seen by callbacks listed after it, and
+History). Rows accumulate over `fit` calls, so contenders can be interleaved
+epoch by epoch.
 
-What the compiler may expose (duck-typed; everything is optional, and this
-module imports nothing of the compiler):
-
-- `model._kerasjit.compile_events`: a list of `(t_start, seconds, reason)`,
-  `t_start` from `time.perf_counter()`. An event counts towards the epoch in
-  which it started and is reported as `compile_seconds`.
-- `model._kerasjit.buffer_bytes()`: bytes held by compiled buffers now.
-
-Without them `compile_seconds` and `buffer_mib` are 0 and tracing/compiling
-stays inside `epoch_seconds` (typically the first epoch's); that is also the
-case for plain Keras, whose tf.function tracing happens in its first step.
+Optional, duck-typed compiler hooks (nothing of the compiler is imported):
+`model._kerasjit.compile_events`, a list of `(perf_counter start, seconds,
+reason)` counted in the epoch it started as `compile_seconds`; and
+`model._kerasjit.buffer_bytes()`. Without them both are 0 and compiling stays
+inside `epoch_seconds`, as for plain Keras.
 """
 import importlib.util
 import math

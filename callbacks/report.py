@@ -1,28 +1,20 @@
 """speedup_report: one self-contained HTML page comparing profiled training runs.
 
-The page has inline CSS and inline SVG charts drawn here, no script and no
-external reference (a Content-Security-Policy forbids loading anything), so
-it opens offline and can be committed next to the code it measured.
+Inline CSS and SVG, no script, no external reference (a Content-Security-Policy
+forbids loading anything): it opens offline and can be committed.
 
-Each comparison's first run is its baseline. Per run, the summary shows the
-median epoch time (epochs after the first, minus reported compile time: the
-first epoch carries tracing/compiling unless the compiler reports it apart),
-the speedup against the baseline, the warm-up overhead (first epoch minus
-that median), the epoch from which the cumulative wall time including all
-compiling falls below the baseline's (projected from the medians when the
-recorded epochs do not get there), and memory.
+Each comparison's first run is its baseline. Per run: median epoch time
+(epochs after the first, minus reported compile time), speedup, warm-up
+overhead, the epoch from which cumulative wall time falls below the
+baseline's (projected when not reached), and memory.
 
-Input handling, by case:
-- fewer than 2 runs in a comparison, or an item that is not a run: ValueError/TypeError;
-- a run with rows but without a required column (REQUIRED), or with
-  non-numeric values or missing epoch times in one: ValueError naming the
-  run and the columns;
-- a run with no rows (a profiler that never saw an epoch, an empty
-  DataFrame): reported as "no epochs recorded"; with an empty baseline no
-  speedups are computed, and the page says so;
-- runs with different numbers of epochs (one stopped early): every run is
-  shown in full; cumulative comparisons use the epochs all runs have, and a
-  note says so.
+Input handling:
+- fewer than 2 runs, or an item that is not a run: ValueError/TypeError;
+- a run lacking a REQUIRED column, or with non-numeric values or missing
+  epoch times: ValueError naming the run and the columns;
+- a run with no rows: "no epochs recorded" (an empty baseline: no speedups);
+- runs with different numbers of epochs: shown in full, cumulative
+  comparisons over the epochs all have, with a note.
 """
 import html
 import importlib.metadata

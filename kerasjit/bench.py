@@ -1,17 +1,12 @@
 """`python -m kerasjit.bench`: plain Keras vs Keras+XLA vs kerasjit, in one run.
 
-Each contender trains its own copy of a model on the same synthetic data.
-Rounds are interleaved (plain, XLA, kerasjit, plain, ...) so drift in the
-machine's speed hits all alike. What is timed, per model, is what a user
-runs: an epoch of `fit` with default arguments (shuffled), optionally fit
-with steps_per_execution, and `evaluate` and `predict` over the same data.
-Compile time is measured first, on calls of a few batches: a model's first
-call (tracing and compiling, kerasjit's compile cache empty) minus its next
-ones; and kerasjit's again for a new copy of the model, its native code then
-from the compile cache. Speed is the median of the timed rounds after the
-first. Writes reports/benchmark.csv and
-reports/benchmark.md (--name changes the stem; --backend picks kerasjit's
-backend, e.g. gpu).
+Each contender trains its own copy of a model on the same synthetic data, in
+interleaved rounds so drift in the machine's speed hits all alike. Timed: an
+epoch of `fit` (shuffled; also with steps_per_execution), `evaluate` and
+`predict`; speed is the median round after the first. Compile time is a
+model's first short call minus its next ones (cache empty, then from the
+cache for kerasjit). Writes reports/benchmark.csv and .md (--name changes the
+stem; --backend picks kerasjit's backend, e.g. gpu).
 """
 import argparse
 import os
@@ -112,9 +107,8 @@ def bench_model(name, work, rounds, backend="auto"):
         return (spe_models if mode == "fit_spe" else models)[c]
 
     # Compile time: each model's first call minus its next ones, on a call of
-    # a few batches (an epoch's own variation, tenths of a second for the
-    # softmax regression's, would swamp it); the same batch shapes as the
-    # timed rounds, which then run compiled code.
+    # a few batches (an epoch's own variation would swamp it); the same batch
+    # shapes as the timed rounds, which then run compiled code.
     short = {mode: work.batch * max(2, _steps_per_execution(mode)) for mode in work.modes}
     first, again = {}, {}
     process = psutil.Process()

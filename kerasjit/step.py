@@ -16,7 +16,7 @@ import tensorflow as tf
 from .backends import get_backend
 from .frontend.functional import UnsupportedGraph, functionalize
 from .frontend.plan import build_program, whole_step_in_tensorflow
-from .runtime.arrays import Rows, gathered
+from .arrays import Rows, gathered
 from .runtime.state import VariableState
 
 
@@ -54,8 +54,8 @@ def _signature(flat):
 
 
 def _packer(structure):
-    """tf.nest.pack_sequence_as(structure, ·); directly for a flat dict of
-    tensors (a step's logs: a quarter of tf.nest's cost)."""
+    """tf.nest.pack_sequence_as(structure, ·); directly, and cheaper, for a
+    flat dict of tensors (a step's logs)."""
     if type(structure) is dict and all(type(k) is str and not tf.nest.is_nested(v)
                                        for k, v in structure.items()):
         order = sorted(structure)               # tf.nest's order of the values
@@ -173,7 +173,7 @@ class CompiledStep:
         the outputs of the last step, or with keep_all every step's outputs
         concatenated along their first axis.
         """
-        if len(batches) == 1:     # (fit's usual call: the grouping below costs ~4 us)
+        if len(batches) == 1:     # (fit's usual call: skips the grouping's cost)
             key, flat = self._key(batches[0])
             return self._run_group(key, [flat], batches[0], keep_all)
         groups = []               # [key, flats, first args]

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from .backends import get_backend
 from .runtime import feed
-from .runtime.arrays import gathered
+from .arrays import gathered
 from .runtime.state import ResidentStore
 from .step import CompiledStep
 
@@ -60,7 +60,7 @@ def _check_model(model):
 def _build_variables(model, batch):
     """Create the variables the steps use (model, metrics, loss, optimizer) before
     the first trace, as Keras's other backends do: tf.function traces a function
-    that creates variables twice, which was a third of a small model's compile."""
+    that creates variables twice (reports/tuning-measurements.md)."""
     try:
         model._symbolic_build(data_batch=batch)
     except Exception:   # (a Keras without it, or a model it cannot build: the trace will)

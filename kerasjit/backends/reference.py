@@ -1,8 +1,9 @@
 """The reference backend: runs HLO on the numpy evaluator (the oracle)."""
+from ..compiler import Backend, Executable
 from ..hlo.evaluator import evaluate
 
 
-class ReferenceExecutable:
+class ReferenceExecutable(Executable):
     def __init__(self, module):
         self.module = module
 
@@ -11,11 +12,15 @@ class ReferenceExecutable:
         return list(out) if self.module.entry.root.shape.is_tuple else [out]
 
 
-class ReferenceBackend:
+class ReferenceBackend(Backend):
     name = "reference"
 
     def compile(self, module, donate=None):
-        """donate is ignored: the evaluator's outputs are always new arrays."""
+        """The module as given (the oracle runs no passes); donate is ignored:
+        the evaluator's outputs are always new arrays."""
+        return self.build(module, donate)
+
+    def build(self, module, donate):
         return ReferenceExecutable(module)
 
 

@@ -108,7 +108,7 @@ def hlo_module(fn, *args):
     if "<=" in text.splitlines()[0]:
         raise BridgeRejected([], "the bridge produced dynamic shapes")
     # Large constants are printed elided, `{...}`: only then is the serialized
-    # module (TensorFlow's bridge run a second time, ~40 ms) worth asking for.
+    # module (a second bridge run: reports/tuning-measurements.md) worth asking for.
     elided = "{...}" in text
     return parse_module(text, literals_from_proto(ir(stage="hlo_serialized")) if elided else None)
 

@@ -1,13 +1,11 @@
 """The input checks TensorFlow's kernels make, made by the compiled step too.
 
-TensorFlow's CPU kernels reject an index or label out of range with an
-InvalidArgumentError, variables unchanged; the HLO of the same ops computes
-on (a NaN loss, a clamped gather) and would train the model to NaN; XLA
-drops Assert ops. So the step also computes whether every such input is in
-range and every assertion holds, and each variable
-update becomes select(in range, new, old): a step that fails its checks
-leaves the variables as they were, and the runtime runs it again in
-TensorFlow, whose kernel raises its own error.
+TensorFlow's CPU kernels reject an index or label out of range, variables
+unchanged; the HLO of the same ops computes on (a NaN loss, a clamped gather),
+and XLA drops Assert ops. So the step also computes whether every such input
+is in range and every assertion holds, and each variable update becomes
+select(ok, new, old): a failing step leaves the variables as they were and is
+run again in TensorFlow, whose kernel raises its own error.
 """
 import numpy as np
 import tensorflow as tf

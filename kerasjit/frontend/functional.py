@@ -15,15 +15,12 @@ from tensorflow.core.framework import node_def_pb2
 from .checks import add_input_checks, asserted_condition
 from .nodes import const, node_name, placeholder, tensor_name
 from .rewrites import rewrite_for_tf_parity
+from ..errors import UnsupportedGraph
 
 # op type -> elementwise op applying the update to the current value
 _UPDATE_OPS = {"AssignAddVariableOp": "AddV2", "AssignSubVariableOp": "Sub"}
 # resource ops that never touch the value (no-ops once variables are values)
 _INERT_RESOURCE_OPS = {"VarIsInitializedOp", "NoOp"}
-
-
-class UnsupportedGraph(NotImplementedError):
-    """The step uses a TensorFlow feature kerasjit cannot turn into dataflow."""
 
 
 @dataclass

@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
-from ..kernels.dot_gemm import gemm_of
+from ..hlo.gemm import dot_layout
 from ..runtime.program import ClusterRun, Program, Specializer
 from ..runtime.race import Race
 from . import bridge
@@ -19,14 +19,10 @@ from .partition import Node, partition
 
 _SOURCE_OPS = {"Placeholder", "Const"}
 # Ops with which TensorFlow's own kernels can beat the compiled cluster, whose
-# clusters race: convolutions (oneDNN's), and what may become loop nests here
-# rather than sgemm or generated GEMMs: batched matmuls and einsums whose
-# operands BLAS cannot read in place (attention's scores as a loop nest ran
-# 10.8 ms, 3.3 in TensorFlow), pooling, scans, top-k. Clusters of elementwise
-# math, GEMMs and reductions won every race measured (dense models up to
-# 4096 wide: 1.5-2.6x, the benchmark's 3-19x, a transformer's step 1.3x), and
-# a race costs TensorFlow's trace of the cluster and its first run (~0.4 s of
-# the MLP's first fit, 0.4-1 s of the transformer's).
+# clusters race: convolutions (oneDNN's), and what may become loop nests rather
+# than GEMMs (batched matmuls and einsums BLAS cannot read in place, pooling,
+# scans, top-k). Other clusters always won, and a race costs a TensorFlow trace
+# (reports/tuning-measurements.md).
 _RACED_OPS = ("Conv", "DepthwiseConv", "BatchMatMul", "Einsum", "MaxPool", "AvgPool",
               "Cumsum", "Cumprod", "TopK")
 # What such a cluster's compiled HLO must hold for the race to be run.
@@ -36,14 +32,14 @@ _LOOP_NEST_OPS = {"convolution", "reduce-window", "select-and-scatter", "sort"}
 def _tensorflow_may_win(module):
     """Whether compiled `module` holds a loop nest where TensorFlow has a library
     kernel: a convolution, pooling, a scan, a sort, or a dot that is no GEMM."""
-    return any(inst.opcode in _LOOP_NEST_OPS or inst.opcode == "dot" and gemm_of(inst) is None
+    return any(inst.opcode in _LOOP_NEST_OPS or inst.opcode == "dot" and dot_layout(inst) is None
                for comp in module.computations for inst in comp.instructions)
 
 
 class Planner:
     def __init__(self, fg, backend, cap=8, events=None, race=True):
         self.fg, self.backend, self.cap, self.events = fg, backend, cap, events
-        self.race = race and getattr(backend, "races_tensorflow", False)
+        self.race = race and backend.races_tensorflow
         self.by_name = {n.name: n for n in fg.nodes}
         self.sources = {n.name for n in fg.nodes if n.op in _SOURCE_OPS}
         self.consts = {n.name for n in fg.nodes if n.op == "Const"}

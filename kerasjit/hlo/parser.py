@@ -14,13 +14,10 @@ import re
 
 import numpy as np
 
-from .ir import (COMPUTATION_ATTRS, INT_ATTRS, INT_LIST_ATTRS, Computation, Instruction,
-                 Module, WindowDim)
+from .attributes import COMPUTATION_ATTRS, INT_ATTRS, INT_LIST_ATTRS
+from .ir import Computation, Instruction, Module, WindowDim
 from .shape import DTYPES, Shape
-
-
-class HloParseError(ValueError):
-    pass
+from ..errors import HloParseError
 
 
 _NAME = re.compile(r"%?([A-Za-z_][\w.\-]*)")

@@ -1,7 +1,7 @@
 """Printer for XLA's HLO text format; `parse_module(print_module(m))` == m."""
 import numpy as np
 
-from .ir import COMPUTATION_ATTRS, INT_ATTRS, INT_LIST_ATTRS
+from .attributes import COMPUTATION_ATTRS, INT_ATTRS, INT_LIST_ATTRS
 
 
 def _format_scalar(value, dtype):

@@ -70,3 +70,12 @@ class Shape:
         if not self.dims:
             return str(self)
         return f"{self}{{{','.join(str(d) for d in reversed(range(self.rank)))}}}"
+
+
+def row_major_strides(dims):
+    """Elements between consecutive indices of each dim, laid out row-major."""
+    strides, step = [], 1
+    for d in reversed(dims):
+        strides.append(step)
+        step *= d
+    return strides[::-1]

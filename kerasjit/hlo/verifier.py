@@ -4,10 +4,7 @@ Runs between passes in debug mode; a failure names the instruction and the
 broken rule, so a bad pass is caught where it happened.
 """
 from .opcodes import ELEMENTWISE, opcode
-
-
-class HloVerifyError(ValueError):
-    pass
+from ..errors import HloVerifyError
 
 
 def _check_instruction(comp, inst, defined):

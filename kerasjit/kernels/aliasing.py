@@ -1,12 +1,11 @@
 """In-place updates: a variable's new value written over its old one.
 
-The runtime may donate a parameter (a variable's current value, which it
-owns and will not read again) to the output holding that variable's update.
-The output then shares the parameter's buffer when that is safe: the update
-is stored by a loop kernel that reads the parameter only at the element it
-writes, and no later step reads the parameter. The store moves last in its
-kernel, so the kernel's other stores still read the old value at that
-element. Saves allocating and touching a fresh array per variable per step.
+A donated parameter (a variable's value the runtime will not read again)
+shares its buffer with the output holding its update when safe: one loop
+kernel stores the update, reading the parameter only at the element it
+writes, and no later step reads it. That store moves last in its kernel, so
+the other stores still read the old value. Saves a fresh array per variable
+per step.
 """
 from .ir import (ChunkLoop, Const, GemmCall, ImplicitGemm, Index, Load, LoopKernel, ScatterKernel,
                  rename_buffer, walk)

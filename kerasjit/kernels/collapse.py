@@ -1,15 +1,11 @@
 """Adjacent loop dims merged into one where the kernel only uses them to address memory.
 
-A loop over [784, 10] (a classifier's weight update) runs an inner loop of
-10 elements 784 times: too short for 16-lane vectors, so most of it runs in
-the scalar remainder. Where every use of the two indices is a load of them
-at consecutive positions of a buffer laid out like the loop (row-major, the
-inner extent the same), the address i * inner + j is one flat index f, and
-one loop over 7840 elements computes the same. The rewritten loads keep
-their buffer's rank: zeros at the merged positions but the last, which
-takes f (addresses are row-major sums of index x stride, so the same
-element is read). A renderer applies this just before emitting code, since
-the loads it writes index past their nominal bounds.
+A [784, 10] loop runs mostly in the vector loop's scalar remainder. Where the
+two indices are used only as consecutive positions of loads from buffers laid
+out like the loop, one flat loop over 7840 elements reads the same elements:
+the loads keep their rank, zeros at the merged positions but the last, which
+takes the flat index. Renderers apply this just before emitting code, since
+those loads index past their nominal bounds.
 """
 import math
 from dataclasses import replace

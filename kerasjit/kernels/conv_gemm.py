@@ -1,27 +1,19 @@
 """Convolution as GEMM: patch matrix (im2col) times weight matrix, by batch slices.
 
-The form of the convolutions conv_implicit.py does not take (features not
-innermost: channels-first layouts), on both backends (the GEMM goes to
-sgemm, or to cuBLAS).
-
-For out[b, o..., f] = sum over window w and input feature c of
-lhs[b, pos(o, w), c] * rhs[w, c, f], build P[(b, o...), (w..., c)] (zeros
-where the window falls in padding or between dilated inputs) and multiply
-it by the weights laid out as [(w..., c), f] with sgemm. Every form the
-bridge emits for Conv2D and its two gradients is such a convolution with
-different dim_labels, dilations and reversal, so one lowering serves all.
-The patch matrix is built a slice at a time (a ChunkLoop) so it stays
-within a memory budget.
+For the convolutions conv_implicit.py does not take (features not innermost),
+on both backends (sgemm or cuBLAS). Builds P[(b, o...), (w..., c)] (zeros in
+padding and between dilated inputs) and multiplies it by the weights as
+[(w..., c), f]; Conv2D and both its gradients are such convolutions, so one
+lowering serves all. P is built a slice at a time (a ChunkLoop) within a
+memory budget.
 """
 import numpy as np
 
 from . import indexing as ix
 from .ir import S64, ChunkIndex, ChunkLoop, Const, GemmCall, Index, Load, LoopKernel, Op
 
-# Cache-sized blocks (4 MB) halve the time spent writing patches on an idle
-# machine, but every sgemm call synchronises OpenBLAS's threads, and with
-# hundreds of small calls one descheduled thread stalls each of them: under
-# CPU contention that was 6x slower. Few large calls are the robust choice.
+# Few large sgemm calls, not cache-sized ones: each call synchronises OpenBLAS's
+# threads, which stalls badly under CPU contention (reports/tuning-measurements.md).
 PATCH_BUDGET_BYTES = 64 << 20
 
 

@@ -1,22 +1,14 @@
 """Convolution as an implicit GEMM: read straight from the operand, no patch matrix.
 
-out[b, o, f] = sum over window offsets w and input features i of
-lhs[b, o * stride + w * dilation, i] * rhs[w, i, f] (lhs padded) is a GEMM
-whose rows are the output positions (b, o) and whose contraction runs over
-(w, i), and every operand element lies at a fixed stride from its neighbour
-along each of those: an ImplicitGemm lists the strides and a backend
-computes the product reading the operand where it lies. The forward
-convolution and the input gradient (the padded output gradient with the
-weights reversed) take output pixels as rows; the filter gradient (a
-convolution whose 'batch' is the input's features and whose 'feature' is
-the batch) takes input features as rows and contracts over batch and image.
-Padding (and a strided convolution's input dilation, zeros between the
-output gradient's elements) is made explicit in a copy of the operand first.
-
-Where conv_gemm.py writes a patch matrix (each input element copied once
-per window position that covers it: 9x for a 3x3 window) and multiplies it
-with sgemm, this writes nothing but the output.
+A convolution is a GEMM with rows over output positions (b, o) and a
+contraction over (window offset, input feature), each at a fixed stride in the
+operand: an ImplicitGemm lists the strides and a backend reads the operand
+where it lies, writing nothing but the output (conv_gemm.py copies each input
+element once per covering window position). The filter gradient takes input
+features as rows and contracts over batch and image. Padding and input
+dilation are made explicit in a copy of the operand first.
 """
+from ..hlo.shape import row_major_strides
 from . import indexing as ix
 from .conv_gemm import parse_dim_labels
 from .ir import S64, Const, ImplicitGemm, Index, LoopKernel, Op
@@ -116,7 +108,7 @@ def conv_as_implicit_gemm(lw, inst, role):
         return False
     rhs_id, rhs_dims, rhs_l = _weights(lw, inst, rhs, rhs_l)
     lhs_id, lhs_dims = _padded(lw, inst, lhs, lhs_l, window)
-    s_a, s_b, s_c = (ix.row_major_strides(d) for d in (lhs_dims, rhs_dims, inst.shape.dims))
+    s_a, s_b, s_c = (row_major_strides(d) for d in (lhs_dims, rhs_dims, inst.shape.dims))
     out_dims = inst.shape.dims
     # Output rows: (extent, A stride, C stride) per output position label, in the
     # output's memory order; the innermost becomes the blocked `rows` level.

@@ -1,13 +1,10 @@
 """Epilogue fusion: a convolution's elementwise consumer runs inside its implicit GEMM.
 
-Conv2D(activation="relu") is a convolution, then a loop adding the bias and
-applying the activation over the whole output, which goes through memory
-twice more (written by the GEMM, read and written by the loop). When that
-loop is the only reader of the convolution's output and reads it only at the
-element it writes (in the same row-major position: a Conv1D's output is
-reshaped on the way), the implicit GEMM takes the loop's expression as its
-epilogue: each block of output rows gets it while still in cache, and the
-loop and the convolution's own buffer go.
+Conv2D(activation="relu") is a convolution, then a bias-and-activation loop
+that goes through the output in memory twice more. When that loop is the only
+reader of the convolution's output and reads it only at its own row-major
+position, the implicit GEMM applies the loop's expression to each block of
+rows while still in cache, and the loop and the GEMM's own buffer go.
 """
 from .ir import S64, ImplicitGemm, Index, Load, LoopKernel, map_nodes, walk
 from .storage import loaded, touched, writes

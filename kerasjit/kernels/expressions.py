@@ -11,13 +11,10 @@ import numpy as np
 from . import indexing as ix
 from .conv_gemm import parse_dim_labels, window_positions
 from .ir import S64, Const, Load, Op, Reduce, ReduceVar, Var
+from ..errors import Unsupported
 
 _PHILOX_M = (0xD2511F53, 0xCD9E8D57)
 _PHILOX_W = (0x9E3779B9, 0xBB67AE85)
-
-
-class Unsupported(NotImplementedError):
-    """An HLO feature this compiler does not generate code for (the cluster falls back)."""
 
 
 def op_of(inst, args):

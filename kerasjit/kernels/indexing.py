@@ -76,15 +76,6 @@ def both(a, b):
     return Op("pred", "and", (a, b))
 
 
-def row_major_strides(dims):
-    """Elements between consecutive indices of each dim, laid out row-major."""
-    strides, step = [], 1
-    for d in reversed(dims):
-        strides.append(step)
-        step *= d
-    return strides[::-1]
-
-
 def linearize(index, dims):
     flat, stride = c64(0), 1
     for i, n in reversed(list(zip(index, dims))):

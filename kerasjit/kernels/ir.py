@@ -124,7 +124,7 @@ class ScatterKernel(LoopKernel):
 
 @dataclass
 class GemmCall:
-    """C[M,N] (+)= op(A) @ op(B), f32, once per batch index (dot_gemm.py).
+    """C[M,N] (+)= op(A) @ op(B), f32, once per batch index (hlo/gemm.py).
 
     C is row-major and packed; A and B are row-major matrices whose rows lie
     `lda` and `ldb` elements apart (0: packed). `batch` holds the batch

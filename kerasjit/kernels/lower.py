@@ -9,23 +9,20 @@ reads is ready before that loop (multi-output fusion: an optimizer's m, v and
 w updates of one weight are one pass over memory, though other weights'
 updates come between them in post-order).
 """
-from ..hlo.opcodes import BROADCAST, ELEMENTWISE, OPAQUE, REDUCE
+import dataclasses
+
+from ..errors import Unsupported
+from ..hlo.gemm import dot_layout
+from ..hlo.opcodes import BROADCAST, ELEMENTWISE, FREE, OPAQUE, OPCODES, REDUCE
 from .aliasing import alias_donated
 from .conv_gemm import conv_as_gemm
 from .conv_implicit import conv_as_implicit_gemm
-from .dot_gemm import gemm_of
 from .epilogues import fuse_epilogues
-from .expressions import (EXPRESSIONS, Unsupported, disjoint_windows, elementwise, op_of,
+from .expressions import (EXPRESSIONS, disjoint_windows, elementwise, op_of,
                           scatter_update)
-from .ir import (S64, Buffer, Const, Index, KernelProgram, Load, LoopKernel,
+from .ir import (S64, Buffer, Const, GemmCall, Index, KernelProgram, Load, LoopKernel,
                  ScatterKernel, Var, walk)
 from .storage import assign_storage, writes
-
-__all__ = ["lower", "Unsupported"]
-
-_CHEAP = {"broadcast", "iota", "reshape", "bitcast", "transpose", "slice", "convert",
-          "copy", "reverse", "constant", "parameter", "negate", "get-tuple-element"}
-
 
 # How many steps back a value looks for a loop to join. Each try builds its
 # expression again, and a join further back keeps a temporary alive longer;
@@ -84,9 +81,9 @@ class _Lowering:
         users = self.users[inst]
         if inst.shape.rank == 0:
             return None           # scalars: LLVM hoists them out of the loops they feed
-        if len(users) > 1 and inst.opcode not in _CHEAP:
+        if len(users) > 1 and OPCODES[inst.opcode].cost != FREE:
             return f"{len(users)} users would each recompute it"
-        if users and users[0].kind == BROADCAST and inst.opcode not in _CHEAP \
+        if users and users[0].kind == BROADCAST and OPCODES[inst.opcode].cost != FREE \
                 and inst.shape.size < users[0].shape.size:
             return "a broadcast would recompute it per output element"
         return None
@@ -279,7 +276,7 @@ class _Lowering:
     def _compute(self, inst, index):
         impl = EXPRESSIONS.get(inst.opcode) or (elementwise if inst.kind == ELEMENTWISE else None)
         if impl is None:
-            raise Unsupported(f"the CPU compiler has no code generation for HLO '{inst.opcode}'")
+            raise Unsupported(f"kerasjit has no code generation for HLO '{inst.opcode}'")
         return impl(self, inst, index)
 
     def operand(self, inst, i, index):
@@ -315,8 +312,9 @@ class _Lowering:
 
     def _gemm(self, inst):
         """A GemmCall for an f32 dot whose operands read as matrices in place, else None."""
-        call = gemm_of(inst)
-        if call is not None:
-            # (sgemm reads buffers: its operands are materialised)
-            call.lhs, call.rhs = (self.materialized(op) for op in inst.operands)
-        return call
+        layout = dot_layout(inst)
+        if layout is None:
+            return None
+        # (sgemm reads buffers: its operands are materialised)
+        lhs, rhs = (self.materialized(op) for op in inst.operands)
+        return GemmCall(f"gemm_{inst.name}", None, lhs, rhs, **dataclasses.asdict(layout))

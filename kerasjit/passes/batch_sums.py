@@ -5,14 +5,14 @@ The gradient of a Dense layer's kernel on a sequence ([batch, time, in] x
 sum over them: a [batch, in, out] temporary and one small GEMM per example.
 reduce-add(dot) over some of the dot's batch dims is the dot contracting
 them as well: one GEMM as deep as all the examples' rows together. Folded
-only where that dot reads its operands as matrices in place (dot_gemm.py):
+only where that dot reads its operands as matrices in place (hlo/gemm.py):
 else it would be one long loop-kernel reduction.
 
 Unlike simplify's rewrites this one reassociates the sum (float rounding).
 Mutates and returns the module.
 """
+from ..hlo.gemm import gemm_layout
 from ..hlo.ir import Instruction, NameUniquer
-from ..kernels.dot_gemm import dot_as_gemm
 from .util import rewrite, uniform_value
 
 
@@ -50,7 +50,7 @@ def _folded(inst, users, names, emit):
              "rhs_batch_dims": tuple(rhs_batch[i] for i in kept)}
     if not kept:
         del attrs["lhs_batch_dims"], attrs["rhs_batch_dims"]
-    if dot_as_gemm("", *(x.shape.dims for x in dot.operands), attrs) is None:
+    if gemm_layout(*(x.shape.dims for x in dot.operands), attrs) is None:
         return None       # (the folded dot would be one long loop-kernel reduction)
     new = Instruction(names("dot"), "dot", inst.shape, list(dot.operands), attrs)
     emit(new)

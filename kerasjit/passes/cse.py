@@ -10,7 +10,7 @@ Called computations that are identical instruction by instruction (XLA's bridge
 emits one `add` region per reduce) are merged too, so the reduces using them
 can merge. Mutates and returns the module; the duplicates are left for DCE.
 """
-from ..hlo.ir import COMPUTATION_ATTRS
+from ..hlo.attributes import COMPUTATION_ATTRS
 from .util import rewrite, value_key
 
 

@@ -14,10 +14,7 @@ from .constant_folding import constant_folding
 from .cse import cse
 from .dce import dce
 from .simplify import simplify
-
-
-class PassError(RuntimeError):
-    pass
+from ..errors import PassError
 
 
 class Pipeline:

@@ -1,24 +1,12 @@
 """Array inputs straight into compiled steps: numpy batches, no tf.data.
 
-Keras's TensorFlow trainer wraps every input in a tf.data pipeline
-(`TFEpochIterator`): building it costs tens of milliseconds per fit/evaluate/
-predict call and drawing a batch from it ~0.7 ms, more than a small model's
-whole compiled step. For in-memory arrays Keras's own `ArrayDataAdapter` also
-yields the batches as numpy (its JAX trainer's path), with the same
-semantics: shuffle per epoch, `shuffle="batch"`, sample and class weights,
-the partial last batch. While a wrapped model's fit/evaluate/predict runs,
-the trainer's `TFEpochIterator` resolves to `epoch_iterator` below, which
-takes that path for arrays and leaves datasets, generators, PyDatasets and
-distribution strategies to Keras's tf.data one.
-
-Likewise Keras's `pythonify_logs`, which CallbackList calls on every batch's
-logs, resolves to `pythonify_logs` below: while feeding, logs of numpy
-scalars (what compiled steps return) become floats without the
-`tf.is_tensor` test Keras makes per value (~18 us on Python 3.11: a
-typing.Protocol isinstance); any other logs, and all logs outside a wrapped
-model's entry points, get Keras's own conversion. And predict's outputs stay
-numpy arrays, joined by one np.concatenate (Keras's `potentially_ragged_concat`
-makes several TensorFlow calls per batch to compare shapes).
+While a wrapped model's fit/evaluate/predict runs, Keras's TFEpochIterator,
+pythonify_logs and predict's concatenation resolve to the stand-ins below:
+in-memory arrays are batched by Keras's own ArrayDataAdapter as numpy (same
+shuffling, weights and last batch), logs of numpy scalars become floats
+directly, and predict's outputs stay numpy. Datasets, generators, PyDatasets
+and distribution strategies keep Keras's tf.data path, which costs more per
+batch than a small model's step (reports/tuning-measurements.md).
 """
 import contextlib
 import contextvars
@@ -32,7 +20,7 @@ from keras.src.trainers.epoch_iterator import EpochIterator
 from keras.src import tree
 from keras.src.utils import python_utils
 
-from .arrays import Rows
+from ..arrays import Rows
 from .prefetch import Prefetcher
 
 _KERAS_ITERATOR = tf_trainer.TFEpochIterator
@@ -53,19 +41,13 @@ _LAZY = hasattr(array_data_adapter.ArrayDataAdapter, "_get_iterator") \
 
 class ArrayEpochIterator(EpochIterator):
     """Keras's numpy epoch iterator, handing over the batch iterator itself as
-    TFEpochIterator does: the TF trainer's functions draw up to
-    steps_per_execution batches from it, and a short last execution is not
-    'running out of data' (the numpy iterator would warn so).
+    TFEpochIterator does, so a short last execution is not 'running out of data'.
 
     With one step per call, batches are drawn ahead on a second thread
-    (prefetch.py), except with shuffle="batch", which draws from numpy's
-    global RNG for every batch: on another thread those draws would
-    interleave with the caller's. With several, none are drawn ahead: a
-    shuffled batch stays Rows of the data, which the native call gathers
-    itself (arrays.Rows), and an unshuffled one is a view of the data; the
-    same batches, in the same order, from the same RNG draws. (Steps that
-    are no single compiled cluster gather their Rows with numpy on the
-    calling thread.)"""
+    (prefetch.py), except with shuffle="batch": its per-batch draws from
+    numpy's global RNG would interleave with the caller's. With several, a
+    shuffled batch stays Rows of the data (gathered by the native call, see
+    arrays.Rows) and an unshuffled one a view: same batches, same RNG draws."""
 
     def __init__(self, *args, shuffle=False, **kwargs):
         super().__init__(*args, shuffle=shuffle, **kwargs)

@@ -1,15 +1,10 @@
 """Batches drawn ahead on a second thread while the step computes.
 
-Drawing a shuffled batch (numpy fancy indexing of every input array) is
-memory-bound work, ~50 us for a 100x784 float batch here: as long as a small
-model's compiled step. numpy copies with the GIL released and a compiled
-step runs with it released too, so a second core overlaps the two: the
-softmax regression's step loop went from ~230 to ~175 us per step.
-
-The first batch is drawn on the calling thread: Keras draws the epoch's
-shuffle permutation there (numpy's global RNG), at the same point as
-without prefetching. Batches come in the source's order; an exception the
-source raises reaches the consumer in its place.
+Gathering a shuffled batch takes as long as a small model's step, and both
+run with the GIL released, so a second core overlaps them
+(reports/tuning-measurements.md). The first batch is drawn on the calling
+thread, where Keras draws the epoch's shuffle from numpy's global RNG. Batches
+come in the source's order; a source's exception reaches the consumer in its place.
 """
 import queue
 import threading

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import tensorflow as tf
 
-from .arrays import array, host
+from ..arrays import array, host
 
 
 @dataclass(eq=False)
@@ -103,7 +103,7 @@ class Program:
 
     def buffer_bytes(self):
         """Bytes held by the compiled executables' own buffers."""
-        return sum(getattr(e, "buffer_bytes", 0) for c in self.clusters if c.specializer
+        return sum(e.buffer_bytes for c in self.clusters if c.specializer
                    for e in c.specializer.cache.values())
 
     def run(self, args, state):
@@ -120,9 +120,8 @@ class Program:
 
     def bind(self, args, state):
         """`run` for arguments of these shapes, with the names and the executable
-        resolved once (a small model's step spent a third of its time looking
-        them up): for a program of one compiled cluster whose race (if any) is
-        over; else None."""
+        resolved once (reports/tuning-measurements.md): for a program of one
+        compiled cluster whose race (if any) is over; else None."""
         if len(self.clusters) != 1 or not self.clusters[0].settled:
             return None
         cluster, constants = self.clusters[0], list(self.constants.values())
@@ -177,7 +176,7 @@ class Program:
         per_step = {p for p, t in enumerate(cluster.inputs) if t in self.inputs}
         executable = cluster.specializer.get(
             [array(a[0] if p in per_step else a) for p, a in enumerate(args)])
-        if executable is None or not hasattr(executable, "run_steps"):
+        if executable is None or not executable.multi_step:
             return None
         carried = {p: carried_from[t] for p, t in enumerate(cluster.inputs) if t in carried_from}
         outs = executable.run_steps(n, args, per_step, carried, stacked_outputs)

@@ -1,17 +1,16 @@
 """Variables as arrays between steps, and when Keras's variables get them back.
 
-A step reads its variables' values before it runs and returns their updates.
-Reading and writing TensorFlow variables on every step costs more than a
-small model's arithmetic, so a ResidentStore keeps the values (shared by a
-model's train, test and predict steps) as arrays from step to step and writes them to the Keras variables
-only when someone can look (the Keras glue calls `flush` at those points).
+Reading and writing TensorFlow variables every step costs more than a small
+model's arithmetic, so a ResidentStore (shared by a model's train, test and
+predict steps) keeps the values as arrays between steps and writes them to the
+Keras variables only when someone can look (the Keras glue calls `flush` then).
 """
 import functools
 
 import numpy as np
 import tensorflow as tf
 
-from .arrays import host
+from ..arrays import host
 
 
 class ResidentStore:
@@ -32,9 +31,8 @@ class VariableState:
     """Reads and writes one step's variables: through a ResidentStore when
     given one, else in one TensorFlow call each way.
 
-    Concrete functions, not tf.function: per-variable eager ops cost ~0.1 ms
-    apiece, and a polymorphic tf.function spends milliseconds matching its
-    arguments on every call."""
+    Concrete functions: cheaper per call than per-variable eager ops or a
+    polymorphic tf.function (reports/tuning-measurements.md)."""
 
     def __init__(self, variables, written, store=None):
         self.variables, self.written, self.store = variables, sorted(written), store
@@ -43,8 +41,8 @@ class VariableState:
 
     @functools.cached_property
     def _write(self):
-        """Built on first use: with a store it is never needed (its trace was
-        ~60 ms of every step's compile)."""
+        """Built on first use: with a store it is never needed, and tracing it
+        is costly (reports/tuning-measurements.md)."""
         variables = self.variables
         specs = [tf.TensorSpec(variables[i].shape, variables[i].dtype) for i in self.written]
         return tf.function(lambda *values: [variables[i].assign(x) for i, x in

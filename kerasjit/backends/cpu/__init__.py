@@ -10,10 +10,9 @@ import gc
 import math
 import threading
 
-from ... import __version__
 from ...kernels.ir import LoopKernel, Reduce, leaf_steps, walk
+from ...compiler import Backend
 from ...kernels.lower import lower
-from ...passes import optimize, optimize_as_configured
 from . import cache, engine, parallel, profile, workers
 from .blas import register_blas_symbols
 from .codegen import render_program
@@ -92,8 +91,7 @@ def _collector_paused():
 
 
 def _build(module, donate, name, blas_threads_local, timed):
-    """Compile `module` (optimised in place) to the record the cache keeps."""
-    optimize_as_configured(module)
+    """Compile optimised `module` to the record the cache keeps."""
     program = lower(module, donate, implicit_gemm=True)
     threading = parallel.sgemm_threading(program.steps, blas_threads_local)
     llvm_ir, kernels, counters = render_program(
@@ -106,24 +104,21 @@ def _build(module, donate, name, blas_threads_local, timed):
             "counters": counters and (counters.global_name, counters.labels)}
 
 
-class CpuBackend:
+class CpuBackend(Backend):
     name = "cpu"
     races_tensorflow = True     # a compiled cluster keeps its place only if faster (race.py)
 
     def __init__(self):
         self.loaded = {}    # cache key -> (record, entry address) linked into this process
 
-    def compile(self, module, donate=None):
-        """Optimise `module` (in place: explain() shows what was compiled) and build it,
-        or take the native code from the compile cache. donate: {parameter index:
-        output index} whose memory the caller gives up (kernels/aliasing.py)."""
+    def build(self, module, donate):
+        """Native code for optimised `module`, built or from the compile cache."""
         blas_threads_local = register_blas_symbols()
         timed = profile.enabled()
         host = (f"{engine.host_description()} blas-threads-local:{blas_threads_local}"
                 f"{' kernel-profile' if timed else ''}")
-        key = cache.cache_key(module, host, __version__, donate)
+        key = cache.cache_key(module, host, donate)
         if key in self.loaded:          # same HLO again in this process: share the code
-            optimize(module)
             record, address = self.loaded[key]
             return CpuExecutable(record["program"], address, record["kernels"],
                                  record["cores_free"])
@@ -132,8 +127,6 @@ class CpuBackend:
             with _collector_paused():
                 record = _build(module, donate, f"cluster_{key[:16]}", blas_threads_local, timed)
             cache.store(key, record)
-        else:
-            optimize(module)     # explain() shows the HLO as compiled either way
         address = engine.load_objects(record["objects"], record["entry"])
         if record.get("counters"):
             global_name, labels = record["counters"]

@@ -10,12 +10,9 @@ import llvmlite.binding as llvm
 
 SGEMM_SYMBOL = "kerasjit_sgemm"
 THREADS_LOCAL_SYMBOL = "kerasjit_blas_threads_local"
-# A GEMM below this many multiply-adds runs on the calling thread alone. Measured
-# here: OpenBLAS's threads make such calls 0-20% slower (100x784x10: 29 vs 30 us,
-# 256x256x64: 78 vs 96 us; from 64x256x784 two threads win, 282 vs 256 us), and
-# after a threaded call its workers spin for ~0.13 s, taking the other core from
-# Python and TensorFlow between steps (softmax regression fit: 0.41 -> 0.27 ms/step
-# with small GEMMs single-threaded).
+# A GEMM below this many multiply-adds runs on the calling thread alone: OpenBLAS's
+# threads slow such calls and then spin, taking cores from the rest of the step
+# (reports/tuning-measurements.md).
 SINGLE_THREAD_MNK = 1 << 23
 _threads_local_found = None   # whether the thread-count setter exists, once registered
 

@@ -1,18 +1,13 @@
 """Persistent compile cache: object code per (HLO, host CPU, versions).
 
-An entry is native code this process links and runs, so the cache trusts
-only the user's own files in a directory that only the user (and root) can
-change. The directory and the directories above it are judged as ssh's
-StrictModes judges a path; the directory is then checked and used through
-one descriptor, so it cannot be swapped under us. An unsafe directory is
-reported once and bypassed.
-
-An entry, `<key>.kjc`, is plain data, never code to unpickle: a magic line
-with the format version and the header's SHA-256, a JSON header (the key,
-the record's fields, each blob's size and SHA-256), then the blobs (object
-files, constant arrays' bytes). An entry that is not a private regular
-file, or whose bytes do not add up, is ignored and rebuilt.
-KERASJIT_CACHE_DIR moves the cache; an empty value turns it off.
+Entries are native code this process runs, so only the user's own files in
+a directory only the user (and root) can change are trusted: the path is
+judged as ssh's StrictModes does, then used through one descriptor so it
+cannot be swapped; an unsafe directory is reported once and bypassed.
+An entry `<key>.kjc` is plain data, never unpickled: a magic line (format,
+header SHA-256), a JSON header, then blobs with their SHA-256; anything that
+does not add up is ignored and rebuilt. KERASJIT_CACHE_DIR moves the cache;
+empty turns it off.
 """
 import functools
 import hashlib
@@ -70,8 +65,8 @@ def compiler_fingerprint():
     return digest.hexdigest()
 
 
-def cache_key(module, host, version, donate=None):
-    text = (f"{FORMAT}\n{version} {compiler_fingerprint()}\nllvmlite {llvmlite.__version__}\n"
+def cache_key(module, host, donate=None):
+    text = (f"{FORMAT}\n{compiler_fingerprint()}\nllvmlite {llvmlite.__version__}\n"
             f"{host}\ndonated {sorted((donate or {}).items())}\n{fingerprint(module)}")
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -11,8 +11,8 @@ several threads (parallel.py).
 
 from llvmlite import ir
 
+from ...hlo.shape import row_major_strides
 from ...kernels.collapse import collapse_dims
-from ...kernels.indexing import row_major_strides
 from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, ImplicitGemm, Index, Load,
                            LoopKernel, Op, Reduce, ReduceVar, ScatterKernel, Var, leaf_steps,
                            walk)
@@ -232,9 +232,8 @@ def _epilogue(module, ops, program, step, extra):
                 index = prefix + [b.add(j, ir.Constant(I64, j0))]
                 value = builder.render(step.epilogue, {}, {"index": index, "reduce": {}})
                 builder.store(step.out, "f32", index, value)
-            # Vectorised, not unrolled: the block's rows are unrolled already;
-            # unrolling each row's loop as well made MNIST's first convolution
-            # take 0.55 s of LLVM's time instead of 0.15, for no speed.
+            # Vectorised, not unrolled: the block's rows are unrolled already, and
+            # unrolling more costs LLVM time for no speed (reports/tuning-measurements.md).
             counted_loop(b, code.fn, width, element, unroll=False)
     return emit
 
@@ -296,12 +295,11 @@ def _for_each_batch(b, fn, levels, pointers, product):
 
 def _flush_denormals(module, b):
     """Set MXCSR's flush-to-zero and denormals-are-zero bits at `b`, as
-    TensorFlow does around its CPU kernels; returns a function that emits the
-    restore. A softmax regression's step took 2-3x as long with them off: its
-    vanishing probabilities are denormal, ~100 cycles per operation. Threads
-    the step starts inherit the setting (pthread_create copies MXCSR);
-    OpenBLAS's pooled workers do not, so a threaded sgemm flushes only in the
-    calling thread's share (as TensorFlow's own calls into BLAS would)."""
+    TensorFlow does around its CPU kernels (denormals are slow:
+    reports/tuning-measurements.md); returns a function that emits the restore.
+    Threads the step starts inherit it (pthread_create copies MXCSR); OpenBLAS's
+    pooled workers do not, so a threaded sgemm flushes only in the calling
+    thread's share (as TensorFlow's own calls into BLAS would)."""
     i32 = ir.IntType(32)
     save, load = (ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), f"llvm.x86.sse.{n}")
                   for n in ("stmxcsr", "ldmxcsr"))
@@ -381,8 +379,7 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
             fn.linkage = "internal"
             # Never inlined into the entry: LLVM takes float arithmetic to be
             # independent of MXCSR and could move it across the denormal
-            # flush's ldmxcsr there. (A call per kernel and step costs nothing,
-            # and one huge entry took a third more optimiser time.)
+            # flush's ldmxcsr there (and a call per kernel costs nothing).
             fn.attributes.add("noinline")
             for arg in fn.args[:len(buffers)]:
                 arg.add_attribute("noalias")

@@ -45,8 +45,8 @@ def vector_lanes():
 
 def optimize(llvm_ir, unroll=True):
     """Textual LLVM IR -> optimised ModuleRef (O3, vectorisers on). Without
-    `unroll`, loops are vectorised but not unrolled after: for short loops that
-    gains nothing measurable and costs two thirds of the optimiser's time."""
+    `unroll`, loops are vectorised but not unrolled: for short loops unrolling
+    gains nothing and costs optimiser time (reports/tuning-measurements.md)."""
     state = _jit()
     module = llvm.parse_assembly(str(llvm_ir))
     module.verify()

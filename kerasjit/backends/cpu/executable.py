@@ -7,16 +7,17 @@ import numpy as np
 
 from ...hlo.shape import DTYPES
 from .. import one_call_at_a_time
-from ...runtime.arrays import Rows
+from ...arrays import Rows
+from ...compiler import Executable
 from .stepper import RING, gather_record, run_steps
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
 def _address(a):
-    """Where `a`'s data starts: through the buffer protocol, ~1 us less than
-    `a.ctypes.data` (paid for each new batch); read-only and empty arrays,
-    which it refuses, take the long way."""
+    """Where `a`'s data starts: through the buffer protocol, cheaper than
+    `a.ctypes.data` (paid per new batch; reports/tuning-measurements.md);
+    read-only and empty arrays, which it refuses, take the long way."""
     try:
         return ctypes.addressof(ctypes.c_char.from_buffer(a))
     except (TypeError, ValueError, BufferError):
@@ -30,7 +31,9 @@ class _Gather(NamedTuple):
     record: list            # the driver's gather record
 
 
-class CpuExecutable:
+class CpuExecutable(Executable):
+    multi_step = True
+
     def __init__(self, program, address, kernels, cores_free=False):
         """cores_free: the program leaves a core free (no OpenBLAS threads spin
         beside it), so a thread may gather the next step's batch meanwhile."""

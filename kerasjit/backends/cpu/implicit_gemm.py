@@ -1,21 +1,16 @@
 """ImplicitGemm steps (convolutions without a patch matrix) as generated vector code.
 
 A block of output rows by up to four vectors of features stays in vector
-registers (24 of AVX-512's 32) while the contraction streams through the
-operands: per step, the weights' row of features as vectors and one
-broadcast operand element per output row, then an FMA for each pair. The
-operand is read where it lies (ImplicitGemm's strides), so nothing is
-written but the output.
+registers while the contraction streams through the operands, read where they
+lie (ImplicitGemm's strides): nothing is written but the output.
 
 `void name(ptr c, ptr a, ptr b, ptr extra..., i64 chunk, i64 lo, i64 hi)`
-runs the row blocks [lo, hi) of the flattened (feature block, outer rows,
-row block) space, so parallel.call_split can hand each thread a share. A long
-contraction (a filter gradient's, over batch and image) is cut into slices
-whose part of B fits in L2 (runs of one contraction level at one index of
-the levels outside it); every block of a thread takes one slice before the
-next (partial sums go to C and come back), so B streams from memory
-once per thread instead of once per block. An epilogue (epilogues.py)
-runs over each block's rows right after their last slice, in place.
+runs row blocks [lo, hi) of the flattened (feature block, outer rows, row
+block) space, so parallel.call_split can share them out. A long contraction is
+cut into slices whose part of B fits in L2; all of a thread's blocks take one
+slice before the next (partial sums kept in C), so B streams from memory once
+per thread, not once per block. An epilogue (epilogues.py) runs over each
+block's rows after their last slice, in place.
 """
 import math
 
@@ -25,9 +20,8 @@ from .llvm_types import I64, PTR, counted_loop, run_time_loop, unflatten
 from .vector_code import VectorCode, blocks
 
 MAX_PIECES = 4                  # feature vectors per block
-SLICE_BYTES = 256 << 10         # B's part per contraction slice (L2 is 2 MB here)
-# Multiply-adds from which a second thread pays: ~4M take ~50 us at ~150
-# GFLOP/s, as long as starting and joining a thread (parallel.py).
+SLICE_BYTES = 256 << 10         # B's part per contraction slice: well within L2
+# Multiply-adds from which a second thread pays (reports/tuning-measurements.md).
 SPLIT_WORK = 1 << 22
 
 

@@ -5,7 +5,7 @@ import re
 
 from llvmlite import ir
 
-from ...kernels.lower import Unsupported
+from ...errors import Unsupported
 
 _REGISTER = {"pred": ir.IntType(1), "s8": ir.IntType(8), "u8": ir.IntType(8),
              "s16": ir.IntType(16), "u16": ir.IntType(16), "s32": ir.IntType(32),

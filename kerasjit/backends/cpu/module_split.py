@@ -1,14 +1,11 @@
 """A program's LLVM module cut into modules LLVM compiles apart (on other
 processes: workers.py), whose objects link back together in the JIT.
 
-codegen.py gives each kernel a function of its own, called from the entry
-(or from the kernel's thread entry, parallel.call_split), so a kernel with
-the functions it calls can move to another module whole. A function called
-across modules loses `internal` linkage (and takes the module's digest into
-its name) and is declared where it is called.
-Only the program's own functions move (named after it: no two clusters'
-objects define the same symbol), never the entry, and none that reads a
-global the module defines (the kernel profile's counters stay with it).
+Each kernel is a function of its own (codegen.py), so it moves with the
+functions it calls. A function called across modules loses `internal` linkage,
+takes the module's digest into its name and is declared where called. Only
+the program's own functions move (no two clusters' objects define one
+symbol), never the entry, and none that reads a global the module defines.
 """
 import hashlib
 import re
@@ -18,9 +15,8 @@ import re
 _NAME = re.compile(r'@"?([^"(\s]+)"?')
 
 
-# LLVM's time on a function, in characters of its text: a fixed part (the MLP's
-# kernels of 1-3 kB took 12-15 ms each, its 74 kB narrow GEMM 49 ms) and one
-# that grows with its length.
+# LLVM's fixed time per function, in characters of its text (the rest grows with
+# its length; reports/tuning-measurements.md).
 FUNCTION_COST = 10_000
 
 

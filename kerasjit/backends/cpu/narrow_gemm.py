@@ -2,26 +2,18 @@
 
 When one side of a product is narrow (a classifier's 10 outputs, or its
 weight gradient), OpenBLAS's small-matrix kernels leave much of the vector
-unit idle. These kernels keep a block of C in vector registers (24 of
-AVX-512's 32) while one loop over K streams the operands, in one of two
-forms chosen by which operand runs contiguously along what:
+unit idle. These kernels keep a block of C in vector registers while one
+loop over K streams the operands, in one of two forms:
 
 - "rows": A's rows along K, B's rows along N. Vectors run along a row of C;
-  each A element is broadcast to it (an FMA with a memory broadcast).
+  each A element is broadcast to it.
 - "columns": A stored transposed (contiguous along M). Vectors run along a
   column of C; each B element is broadcast to it.
 
-A product narrow in M instead of N is computed as C^T = B^T A^T; a column
-of C strided in memory is stored with one masked scatter. Measured on
-AVX-512 (python -m kerasjit.bench's machine), single thread: 100x784 @
-784x10 ("rows") 21 us vs sgemm's 27, its weight gradient 784x100 @ 100x10
-("columns") 19 vs 23, the MLP head's 64x256 @ 256x10 7.4 vs 8.5 and its
-gradient 5.3 vs 7.2 (AVX2 has no scatter instruction and SSE no masked
-loads: LLVM spells those out there, unmeasured). A dot-product form for
-A @ B^T (vectors along K, summed across at the end) lost to sgemm (25 vs 20
-us) and is left to it. Only products below blas.SINGLE_THREAD_MNK come here
-(those sgemm runs on the calling thread where the BLAS lets us say so);
-chunked GEMMs (convolutions) stay with sgemm.
+A product narrow in M is computed as C^T = B^T A^T; a strided column of C is
+stored with one masked scatter. A @ B^T, products from blas.SINGLE_THREAD_MNK
+up and chunked GEMMs (convolutions) stay with sgemm
+(reports/tuning-measurements.md).
 """
 from dataclasses import dataclass
 

@@ -4,20 +4,16 @@ Integer division by zero, shifts past the bit width, float-to-int overflow
 and NaN follow XLA (and the evaluator) rather than C, whose behaviour there
 is undefined.
 """
+from dataclasses import dataclass
+
 from llvmlite import ir
 
-from ...kernels.lower import Unsupported
+from ...errors import Unsupported
+from ...hlo.opcodes import COMPLEX, FLOAT, INT
+from ..rules import Rule, any_type, rule_for
 from .llvm_types import bits, is_float, is_signed, register_type
 
 _FCMP = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
-# C math library functions for opcodes LLVM has no intrinsic for.
-_LIBM = {"tanh": "tanh", "exponential-minus-one": "expm1", "log-plus-one": "log1p",
-         "cbrt": "cbrt", "erf": "erf", "tan": "tan", "atan2": "atan2"}
-_INTRINSIC = {"log": "llvm.log", "sqrt": "llvm.sqrt",
-              "sine": "llvm.sin", "cosine": "llvm.cos", "floor": "llvm.floor",
-              "ceil": "llvm.ceil", "round-nearest-afz": "llvm.round",
-              "round-nearest-even": "llvm.roundeven", "abs": "llvm.fabs",
-              "maximum": "llvm.maximum", "minimum": "llvm.minimum", "power": "llvm.pow"}
 
 
 def _f32(value):
@@ -33,47 +29,32 @@ def _horner(b, x, coefficients):
 
 
 class OpEmitter:
+    """Emits elementwise opcodes into one LLVM module by RULES (below)."""
+
     def __init__(self, module):
         self.module = module
 
-    def _function(self, name, ty, n):
+    def emit(self, b, opcode, attr, out_dtype, in_dtypes, args):
+        dtype = in_dtypes[0] if in_dtypes else out_dtype
+        site = Site(self, b, opcode, dtype, out_dtype, in_dtypes, attr)
+        return rule_for(RULES, "CPU", opcode, is_float(dtype))(site, *args)
+
+    def function(self, name, ty, n):
         fn = self.module.globals.get(name)
         if fn is None:
             fn = ir.Function(self.module, ir.FunctionType(ty, [ty] * n), name)
         return fn
 
-    def _intrinsic(self, b, name, args):
+    def intrinsic(self, b, name, *args):
         ty = args[0].type
         suffix = "f32" if isinstance(ty, ir.FloatType) else "f64"
-        return b.call(self._function(f"{name}.{suffix}", ty, len(args)), args)
+        return b.call(self.function(f"{name}.{suffix}", ty, len(args)), args)
 
-    def _libm(self, b, name, args):
+    def libm(self, b, name, *args):
+        """A C math library call (the f32 one for f32 operands)."""
         ty = args[0].type
-        return b.call(self._function(name + ("f" if isinstance(ty, ir.FloatType) else ""),
-                                     ty, len(args)), args)
-
-    def emit(self, b, opcode, attr, out_dtype, in_dtypes, args):
-        dtype = in_dtypes[0] if in_dtypes else out_dtype
-        if opcode == "convert":
-            return self.convert(b, args[0], dtype, out_dtype)
-        if opcode == "bitcast-convert":
-            if bits(dtype) != bits(out_dtype) or "pred" in (dtype, out_dtype):
-                raise Unsupported("bitcast-convert between different widths")
-            return b.bitcast(args[0], register_type(out_dtype))
-        if opcode == "copy":
-            return args[0]
-        if opcode == "select":
-            return b.select(*args)
-        if opcode == "compare":
-            return self.compare(b, attr, in_dtypes[0], *args)
-        if opcode == "clamp":
-            lo, x, hi = args
-            t = in_dtypes[1]
-            x = b.select(self.compare(b, "LT", t, x, lo), lo, x)
-            return b.select(self.compare(b, "GT", t, x, hi), hi, x)
-        if is_float(dtype):
-            return self.float_op(b, opcode, args)
-        return self.int_op(b, opcode, dtype, args)
+        return b.call(self.function(name + ("f" if isinstance(ty, ir.FloatType) else ""),
+                                    ty, len(args)), args)
 
     def compare(self, b, direction, dtype, x, y):
         if is_float(dtype):
@@ -81,38 +62,6 @@ class OpEmitter:
                 b.fcmp_ordered(_FCMP[direction], x, y)
         op = b.icmp_signed if is_signed(dtype) else b.icmp_unsigned
         return op(_FCMP[direction], x, y)
-
-    def float_op(self, b, opcode, args):
-        simple = {"add": b.fadd, "subtract": b.fsub, "multiply": b.fmul, "divide": b.fdiv,
-                  "remainder": b.frem}
-        if opcode in simple:
-            return simple[opcode](*args)
-        if opcode == "exponential":
-            return self.exp(b, args[0])
-        if opcode == "tanh" and isinstance(args[0].type, ir.FloatType):
-            return self.tanh_f32(b, args[0])
-        if opcode == "log" and isinstance(args[0].type, ir.FloatType):
-            return self.log_f32(b, args[0])
-        if opcode in _INTRINSIC:
-            return self._intrinsic(b, _INTRINSIC[opcode], args)
-        if opcode in _LIBM:
-            return self._libm(b, _LIBM[opcode], args)
-        x = args[0]
-        one = ir.Constant(x.type, 1.0)
-        zero = ir.Constant(x.type, 0.0)
-        if opcode == "negate":
-            return b.fneg(x)
-        if opcode == "rsqrt":
-            return b.fdiv(one, self._intrinsic(b, "llvm.sqrt", [x]))
-        if opcode == "logistic":
-            return b.fdiv(one, b.fadd(one, self.exp(b, b.fneg(x))))
-        if opcode == "sign":
-            return b.select(b.fcmp_ordered(">", x, zero), one,
-                            b.select(b.fcmp_ordered("<", x, zero), b.fneg(one), x))
-        if opcode == "is-finite":
-            return b.fcmp_ordered("<", self._intrinsic(b, "llvm.fabs", [x]),
-                                  ir.Constant(x.type, float("inf")))
-        raise Unsupported(f"the CPU compiler has no float '{opcode}'")
 
     def exp(self, b, x):
         """e^x. For f32, arithmetic the loop vectoriser can widen (a libm call
@@ -122,12 +71,12 @@ class OpEmitter:
         +-inf and overflow as expf; below 2^-126 the result is 0, as the
         flushed denormals (codegen._flush_denormals) make it anyway."""
         if not isinstance(x.type, ir.FloatType):
-            return self._intrinsic(b, "llvm.exp", [x])
+            return self.intrinsic(b, "llvm.exp", x)
         f32, i32, c = x.type, ir.IntType(32), _f32
         hi, lo = 88.72283935546875, -87.33654475     # e^hi < 2^128, e^lo ~ 2^-126
-        inside = self._intrinsic(b, "llvm.minnum", [self._intrinsic(b, "llvm.maxnum", [x, c(lo)]),
-                                                    c(hi)])          # (NaN -> lo: no poison)
-        n = self._intrinsic(b, "llvm.roundeven", [b.fmul(inside, c(1.4426950408889634))])
+        inside = self.intrinsic(b, "llvm.minnum", self.intrinsic(b, "llvm.maxnum", x, c(lo)),
+                                c(hi))          # (NaN -> lo: no poison)
+        n = self.intrinsic(b, "llvm.roundeven", b.fmul(inside, c(1.4426950408889634)))
         r = b.fsub(b.fsub(inside, b.fmul(n, c(0.693359375))), b.fmul(n, c(-2.12194440e-4)))
         p = _horner(b, r, (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3,
                            4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1))
@@ -151,11 +100,11 @@ class OpEmitter:
         p = _horner(b, z, (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2,
                            1.33314422036e-1, -3.33332819422e-1))
         small = b.fadd(b.fmul(b.fmul(p, z), x), x)
-        magnitude = self._intrinsic(b, "llvm.fabs", [x])
+        magnitude = self.intrinsic(b, "llvm.fabs", x)
         large = b.fsub(c(1.0), b.fdiv(c(2.0), b.fadd(self.exp(b, b.fadd(magnitude, magnitude)),
                                                       c(1.0))))
         chosen = b.select(b.fcmp_ordered("<", magnitude, c(0.625)), small, large)
-        return self._intrinsic(b, "llvm.copysign", [chosen, x])     # (tanh(-0) = -0)
+        return self.intrinsic(b, "llvm.copysign", chosen, x)     # (tanh(-0) = -0)
 
     def log_f32(self, b, x):
         """log as vectorisable arithmetic (see exp): Cephes' logf. x = m 2^e
@@ -192,50 +141,7 @@ class OpEmitter:
         y = b.select(b.icmp_signed("<", raw, i(0)), c(float("nan")), y)   # negative
         return b.select(b.icmp_signed("==", magnitude, i(0)), c(float("-inf")), y)
 
-    def int_op(self, b, opcode, dtype, args):
-        signed = is_signed(dtype)
-        ty = args[0].type
-        width = ty.width
-        simple = {"add": b.add, "subtract": b.sub, "multiply": b.mul, "and": b.and_,
-                  "or": b.or_, "xor": b.xor}
-        if opcode in simple:
-            return simple[opcode](*args)
-        zero, ones = ir.Constant(ty, 0), ir.Constant(ty, -1)
-        if opcode in ("maximum", "minimum"):
-            x, y = args
-            cmp = b.icmp_signed if signed else b.icmp_unsigned
-            return b.select(cmp(">" if opcode == "maximum" else "<", x, y), x, y)
-        if opcode in ("divide", "remainder"):
-            return self._divide(b, opcode, signed, *args)
-        if opcode in ("shift-left", "shift-right-logical", "shift-right-arithmetic"):
-            x, n = args
-            too_far = b.icmp_unsigned(">=", n, ir.Constant(ty, width))
-            if opcode == "shift-left":
-                return b.select(too_far, zero, b.shl(x, n))
-            if opcode == "shift-right-logical":
-                return b.select(too_far, zero, b.lshr(x, n))
-            return b.ashr(x, b.select(too_far, ir.Constant(ty, width - 1), n))
-        x = args[0]
-        if opcode == "not":
-            return b.xor(x, ones)
-        if opcode == "negate":
-            return b.sub(zero, x)
-        if opcode == "abs":
-            return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x) if signed else x
-        if opcode == "sign":
-            if not signed:
-                return b.zext(b.icmp_unsigned("!=", x, zero), ty)
-            return b.select(b.icmp_signed("<", x, zero), ones,
-                            b.zext(b.icmp_signed("!=", x, zero), ty))
-        if opcode == "popcnt":
-            return b.call(self._function(f"llvm.ctpop.i{width}", ty, 1), [x])
-        if opcode == "count-leading-zeros":
-            fn = self.module.globals.get(f"llvm.ctlz.i{width}") or ir.Function(
-                self.module, ir.FunctionType(ty, [ty, ir.IntType(1)]), f"llvm.ctlz.i{width}")
-            return b.call(fn, [x, ir.Constant(ir.IntType(1), 0)])
-        raise Unsupported(f"the CPU compiler has no integer '{opcode}'")
-
-    def _divide(self, b, opcode, signed, x, y):
+    def divide(self, b, opcode, signed, x, y):
         ty = x.type
         zero, ones = ir.Constant(ty, 0), ir.Constant(ty, -1)
         by_zero = b.icmp_unsigned("==", y, zero)
@@ -273,3 +179,163 @@ class OpEmitter:
         if to.width > x.type.width:
             return b.sext(x, to) if is_signed(src) else b.zext(x, to)
         return x
+
+
+@dataclass
+class Site:
+    """One opcode being emitted: where, and on which element types."""
+    em: OpEmitter
+    b: ir.IRBuilder
+    opcode: str
+    dtype: str          # the first operand's (or, without operands, the result's)
+    out: str
+    in_dtypes: list
+    attr: object
+
+    def intrinsic(self, name, *args):
+        return self.em.intrinsic(self.b, name, *args)
+
+    def libm(self, name, *args):
+        return self.em.libm(self.b, name, *args)
+
+    def zero(self, x):
+        return ir.Constant(x.type, 0.0 if is_float(self.dtype) else 0)
+
+    def one(self, x):
+        return ir.Constant(x.type, 1.0 if is_float(self.dtype) else 1)
+
+
+def _builder(method):
+    """The rule that is one IRBuilder instruction on the operands."""
+    return lambda s, *args: getattr(s.b, method)(*args)
+
+
+def _intrinsic(name):
+    return lambda s, *args: s.intrinsic(name, *args)
+
+
+def _libm(name):
+    return lambda s, *args: s.libm(name, *args)
+
+
+def _f32_code(f32, f64):
+    """Generated vectorisable f32 code (OpEmitter.exp's kind), `f64` for f64."""
+    return lambda s, x: f32(s.em, s.b, x) if isinstance(x.type, ir.FloatType) else f64(s, x)
+
+
+def _select_by(compare):
+    """Integer maximum or minimum."""
+    def rule(s, x, y):
+        op = s.b.icmp_signed if is_signed(s.dtype) else s.b.icmp_unsigned
+        return s.b.select(op(compare, x, y), x, y)
+    return rule
+
+
+def _shift(s, x, n):
+    width = x.type.width
+    too_far = s.b.icmp_unsigned(">=", n, ir.Constant(x.type, width))
+    if s.opcode == "shift-left":
+        return s.b.select(too_far, s.zero(x), s.b.shl(x, n))
+    if s.opcode == "shift-right-logical":
+        return s.b.select(too_far, s.zero(x), s.b.lshr(x, n))
+    return s.b.ashr(x, s.b.select(too_far, ir.Constant(x.type, width - 1), n))
+
+
+def _float_sign(s, x):
+    one, zero = s.one(x), s.zero(x)
+    return s.b.select(s.b.fcmp_ordered(">", x, zero), one,
+                      s.b.select(s.b.fcmp_ordered("<", x, zero), s.b.fneg(one), x))
+
+
+def _int_sign(s, x):
+    zero, ones = s.zero(x), ir.Constant(x.type, -1)
+    if not is_signed(s.dtype):
+        return s.b.zext(s.b.icmp_unsigned("!=", x, zero), x.type)
+    return s.b.select(s.b.icmp_signed("<", x, zero), ones,
+                      s.b.zext(s.b.icmp_signed("!=", x, zero), x.type))
+
+
+def _int_abs(s, x):
+    if not is_signed(s.dtype):
+        return x
+    return s.b.select(s.b.icmp_signed("<", x, s.zero(x)), s.b.sub(s.zero(x), x), x)
+
+
+def _count_leading_zeros(s, x):
+    name = f"llvm.ctlz.i{x.type.width}"
+    fn = s.em.module.globals.get(name) or ir.Function(
+        s.em.module, ir.FunctionType(x.type, [x.type, ir.IntType(1)]), name)
+    return s.b.call(fn, [x, ir.Constant(ir.IntType(1), 0)])
+
+
+def _bitcast_convert(s, x):
+    if bits(s.dtype) != bits(s.out) or "pred" in (s.dtype, s.out):
+        raise Unsupported("bitcast-convert between different widths")
+    return s.b.bitcast(x, register_type(s.out))
+
+
+def _clamp(s, lo, x, hi):
+    t = s.in_dtypes[1]
+    x = s.b.select(s.em.compare(s.b, "LT", t, x, lo), lo, x)
+    return s.b.select(s.em.compare(s.b, "GT", t, x, hi), hi, x)
+
+
+def _divide(s, x, y):
+    return s.em.divide(s.b, s.opcode, is_signed(s.dtype), x, y)
+
+
+# Opcode -> its LLVM IR, per type class (backends/rules.py).
+RULES = {
+    "add": Rule(_builder("fadd"), _builder("add")),
+    "subtract": Rule(_builder("fsub"), _builder("sub")),
+    "multiply": Rule(_builder("fmul"), _builder("mul")),
+    "divide": Rule(_builder("fdiv"), _divide),
+    "remainder": Rule(_builder("frem"), _divide),
+    "maximum": Rule(_intrinsic("llvm.maximum"), _select_by(">")),
+    "minimum": Rule(_intrinsic("llvm.minimum"), _select_by("<")),
+    "power": Rule(float=_intrinsic("llvm.pow")),
+    "atan2": Rule(float=_libm("atan2")),
+    "and": Rule(int=_builder("and_")),
+    "or": Rule(int=_builder("or_")),
+    "xor": Rule(int=_builder("xor")),
+    "shift-left": Rule(int=_shift),
+    "shift-right-logical": Rule(int=_shift),
+    "shift-right-arithmetic": Rule(int=_shift),
+    "abs": Rule(_intrinsic("llvm.fabs"), _int_abs),
+    "negate": Rule(_builder("fneg"), lambda s, x: s.b.sub(s.zero(x), x)),
+    "sign": Rule(_float_sign, _int_sign),
+    "not": Rule(int=lambda s, x: s.b.xor(x, ir.Constant(x.type, -1))),
+    "popcnt": Rule(int=lambda s, x: s.b.call(
+        s.em.function(f"llvm.ctpop.i{x.type.width}", x.type, 1), [x])),
+    "count-leading-zeros": Rule(int=_count_leading_zeros),
+    "exponential": Rule(float=lambda s, x: s.em.exp(s.b, x)),
+    "log": Rule(float=_f32_code(OpEmitter.log_f32, _intrinsic("llvm.log"))),
+    "tanh": Rule(float=_f32_code(OpEmitter.tanh_f32, _libm("tanh"))),
+    "logistic": Rule(float=lambda s, x: s.b.fdiv(
+        s.one(x), s.b.fadd(s.one(x), s.em.exp(s.b, s.b.fneg(x))))),
+    "exponential-minus-one": Rule(float=_libm("expm1")),
+    "log-plus-one": Rule(float=_libm("log1p")),
+    "sqrt": Rule(float=_intrinsic("llvm.sqrt")),
+    "rsqrt": Rule(float=lambda s, x: s.b.fdiv(s.one(x), s.intrinsic("llvm.sqrt", x))),
+    "cbrt": Rule(float=_libm("cbrt")),
+    "erf": Rule(float=_libm("erf")),
+    "sine": Rule(float=_intrinsic("llvm.sin")),
+    "cosine": Rule(float=_intrinsic("llvm.cos")),
+    "tan": Rule(float=_libm("tan")),
+    "floor": Rule(float=_intrinsic("llvm.floor")),
+    "ceil": Rule(float=_intrinsic("llvm.ceil")),
+    "round-nearest-afz": Rule(float=_intrinsic("llvm.round")),
+    "round-nearest-even": Rule(float=_intrinsic("llvm.roundeven")),
+    "is-finite": Rule(float=lambda s, x: s.b.fcmp_ordered(
+        "<", s.intrinsic("llvm.fabs", x), ir.Constant(x.type, float("inf")))),
+    "convert": any_type(lambda s, x: s.em.convert(s.b, x, s.dtype, s.out)),
+    "bitcast-convert": any_type(_bitcast_convert),
+    "copy": any_type(lambda s, x: x),
+    "select": any_type(lambda s, p, x, y: s.b.select(p, x, y)),
+    "compare": any_type(lambda s, x, y: s.em.compare(s.b, s.attr, s.in_dtypes[0], x, y)),
+    "clamp": any_type(_clamp),
+}
+# Left to TensorFlow, by opcode and type class: complex numbers, precision
+# emulation, integer powers.
+FALLBACK = {"real": COMPLEX, "imag": COMPLEX, "complex": COMPLEX, "reduce-precision": FLOAT,
+            "power": INT}

@@ -1,24 +1,12 @@
 """Threads for large loop kernels: the outermost loop cut into one part per core.
 
-A split kernel takes the rows [lo, hi) of its outermost loop as two extra
-arguments. Its thread entry `ptr {kernel}_task(ptr part)` (pthread's
-start-routine type) reads a part {ptr table, i64 chunk, i64 lo, i64 hi},
-loads the kernel's buffers from the cluster's buffer table and runs the
-kernel on those rows. `kerasjit_split`, emitted once into each module that
-needs it, cuts [0, extent) into as many parts as threads, starts a pthread
-for every part but the first, runs the first itself, then joins the others.
-
-Threads are created and joined per kernel call rather than kept in a pool:
-nothing lives between calls, so there is nothing to shut down and no state
-two concurrent calls could share. Only kernels whose work dwarfs the cost
-of starting a thread are split (measurements below), and none in a program
-whose sgemm calls keep OpenBLAS's own threads spinning on the other cores.
-Each element's arithmetic is the same code on whichever thread runs it, so
-results are bit-identical to one thread.
-
-The thread count is read at run time from the process global
-`kerasjit_threads` (default: the cores this process may use), so an object
-from the compile cache follows the affinity of the process that loads it.
+A split kernel takes rows [lo, hi) of its outermost loop as two extra
+arguments; its `{kernel}_task(ptr part)` (a pthread start routine) runs it on
+one part {table, chunk, lo, hi}. `kerasjit_split` starts a pthread for every
+part but the first, runs that one itself, then joins the others. Threads are
+per call, not pooled: nothing to shut down, no state shared between calls.
+Results are bit-identical to one thread. The thread count is read at run time
+from `kerasjit_threads`, so a cached object follows the loading process's affinity.
 """
 import ctypes
 import math
@@ -27,6 +15,7 @@ import os
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from ...hlo.opcodes import OPCODES, TRANSCENDENTAL
 from ...kernels.ir import (ChunkLoop, GemmCall, ImplicitGemm, Index, Op, Reduce, ReduceVar,
                            ScatterKernel, children, leaf_steps, walk)
 from . import narrow_gemm
@@ -36,31 +25,14 @@ from .llvm_types import I1, I32, I64, PTR, run_time_loop
 THREADS_SYMBOL = "kerasjit_threads"
 SPLIT_SYMBOL = "kerasjit_split"
 
-# Costs measured on this 2-core Xeon VM, idle. Starting and joining a
-# pthread costs 30-60 us, so a kernel must run well over 100 us alone before
-# handing half of it to a second core pays. Per element, a vectorised add
-# costs ~0.3 ns, an opcode that becomes a libm call ~16x that or more (exp
-# 5 ns, tanh 20 ns). In those units (work = elements x ops x reduction
-# terms) the break-even points were: an Adam-like fused 10-op update ~65k
-# elements (two threads faster from 98k: 137 -> 93 us; 200k: 262 -> 187 us),
-# a lone add 0.5-1M elements (memory-bound: 524k 311 -> 351 us, 1M 547 -> 313
-# us), tanh ~8k elements. 2^20 splits those only where threads were faster.
-# (f32 exp, tanh and log are now generated vector code, not libm calls, yet
-# their cost of 16 still splits where it pays: at 64k elements exp 67 -> 68
-# us, tanh 90 -> 80; at 256k exp 257 -> 163, tanh 335 -> 202.)
+# Break-even work for a second thread (reports/tuning-measurements.md);
+# work = elements x varying ops x reduction terms, a libm-like op counting LIBM_COST.
 MIN_WORK = 1 << 20
 LIBM_COST = 16
-_LIBM_CALLS = {"exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "tanh",
-               "power", "sine", "cosine", "tan", "atan2", "erf", "cbrt"}
 
-# OpenBLAS's worker threads busy-wait for ~0.13 s after each sgemm they take
-# part in (no sched_yield: measured with strace and CPU time), so in a
-# program calling such an sgemm every step the other cores are never free: a
-# thread started right after one took 185 us to finish an empty part instead
-# of 30, and the MLP train step (784-256-10 Adam, batch 64) went from ~750
-# to 890-1040 us with its Adam update split. This build threads sgemm from
-# m*n*k ~1e6 (64x64x255 spins, 64x64x224 does not); OpenBLAS's generic
-# threshold is 65536*4, the bound taken here.
+
+# OpenBLAS's threads busy-wait after each threaded sgemm, leaving no core free;
+# this is its generic threading threshold (reports/tuning-measurements.md).
 BLAS_THREADED_MNK = 1 << 18
 
 PART = ir.LiteralStructType([PTR, I64, I64, I64])     # table, chunk, lo, hi
@@ -131,7 +103,7 @@ def worth_splitting(kernel, outer_dims):
         varies[id(node)] = isinstance(node, (Index, ReduceVar)) or any(
             varies[id(c)] for c in children(node))
         if isinstance(node, Op) and varies[id(node)]:   # (LLVM hoists the others)
-            ops += LIBM_COST if node.opcode in _LIBM_CALLS else 1
+            ops += LIBM_COST if OPCODES[node.opcode].cost == TRANSCENDENTAL else 1
         if isinstance(node, Reduce):
             terms[node.key] = math.prod(node.extents)
     return math.prod(kernel.dims) * max(ops, 1) * (1 + sum(terms.values())) >= MIN_WORK

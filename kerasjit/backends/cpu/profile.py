@@ -1,12 +1,10 @@
 """Per-kernel time inside compiled entries, for finding which kernel a step waits on.
 
-With KERASJIT_PROFILE_KERNELS=1, every step of a compiled entry (loop
-kernel, generated narrow GEMM, sgemm call) is bracketed by clock_gettime
-calls that add its nanoseconds and a call count to a global array of the
-module; `kerasjit.kernel_profile()` reads them. Off by default: the clock
-costs tens of nanoseconds a step, and the flag is part of the compile-cache
-key. The counts are plain adds: two threads running the same cluster at
-once may lose some.
+With KERASJIT_PROFILE_KERNELS=1 (part of the compile-cache key), every step
+of a compiled entry is bracketed by clock_gettime calls adding its nanoseconds
+and a call count to a global array; `kerasjit.kernel_profile()` reads them.
+Off by default: the clock costs time every step. The counts are plain adds:
+two threads running the same cluster at once may lose some.
 """
 import os
 import time

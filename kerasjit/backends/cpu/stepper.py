@@ -1,22 +1,15 @@
 """Several steps in one native call: a loop that re-points a cluster's buffer
 table between calls of its entry, and gathers shuffled batches on the way.
 
-Everything that changes from step to step is a buffer pointer: the batch
-(each step's own array), the variables (the previous step's outputs) and
-the outputs (alternating between two sets, or rows of a stacked array). The
-caller precomputes those pointers as a [slots, steps] matrix with numpy, so
-n steps cost one ctypes call and no Python per step.
+Everything that changes from step to step is a buffer pointer (batch,
+variables, outputs); the caller precomputes them as a [slots, steps] matrix,
+so n steps cost one ctypes call and no Python per step.
 
-A shuffled batch (runtime.arrays.Rows: rows of the training data picked by
-Keras's permutation) is copied row by row into one of RING buffers, which
-the step's pointers name in turn. Where the caller allows it (a program
-that leaves a core free: no OpenBLAS threads spinning beside it), a thread
-of the call's own gathers step s + 1's rows while step s runs (one thread
-per call: starting one costs as much as a gather), so reading the data
-from memory overlaps the arithmetic; the two meet through a pair of
-counters (steps gathered, steps done), each waiting by yielding its core.
-Otherwise, or where no thread can be had, or the process may use one core
-only, the loop gathers each step's rows itself before running it.
+A shuffled batch (arrays.Rows) is copied row by row into one of RING
+buffers. Where the caller allows it (a core left free: no OpenBLAS threads
+spinning), one thread per call gathers step s + 1's rows while step s runs;
+the two meet through counters (steps gathered, steps done), waiting by
+yielding. Otherwise the loop gathers each step's rows before running it.
 """
 import ctypes
 

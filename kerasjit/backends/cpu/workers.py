@@ -1,14 +1,12 @@
 """Processes that compile LLVM modules while this one compiles its own part.
 
-llvmlite runs every LLVM call under one process-wide lock, so threads cannot
-put a second core to work on a compile; another process can. A worker is
-this file run by path (not as part of the package), so it loads llvmlite
-and engine.py alone (~0.13 s), not TensorFlow. It reads requests (LLVM IR
-text, whether to unroll) on stdin and writes the object code, or the error,
-on stdout: pickles, each after its length. Workers start when the first
-module is split (Pool) and end with this process (their stdin closes).
-
-A worker that fails costs time, not the compile: its part is compiled here.
+llvmlite runs every LLVM call under one process-wide lock, so only another
+process can put a second core to work. A worker is this file run by path, so
+it loads llvmlite and engine.py alone, not TensorFlow. It reads (LLVM IR,
+unroll) on stdin and writes the object code or the error on stdout, as
+length-prefixed pickles. Workers start with the first split module and end
+with this process. A failed worker costs time, not the compile: its part is
+compiled here.
 """
 import atexit
 import importlib.util

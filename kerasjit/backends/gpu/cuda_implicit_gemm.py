@@ -1,19 +1,11 @@
 """ImplicitGemm steps (convolutions, lowered as for the CPU) as CUDA C.
 
-Each thread holds a tile of TILE_ROWS output rows by TILE_FEATURES features
-in registers over the whole contraction. Per step it reads its rows'
-operand elements where the ImplicitGemm's strides put them (the threads of
-one row tile read the same ones: a broadcast within a warp) and
-TILE_FEATURES consecutive weights (consecutive threads take consecutive
-feature tiles: coalesced reads). No patch matrix is written, as on the CPU,
-and no shared memory is used (so no barrier: the kernel runs as it is in
-the CPU harness the tests check it with). An epilogue (epilogues.py) runs
-on each element once its sum is stored, rendered by the loop kernels' own
-writer.
-
-A thread's rows are found by splitting the flat row number over the
-`outer` levels and the `rows` level (mixed radix, innermost first); rows
-past the end repeat the last one and are not stored.
+Each thread keeps a tile of TILE_ROWS rows by TILE_FEATURES features in
+registers over the whole contraction, reading operand elements where the
+strides put them (a broadcast within a warp) and consecutive weights
+(coalesced). No shared memory, so no barrier: the kernel runs as is in the
+tests' CPU harness. An epilogue (epilogues.py) runs on each element once
+stored. Rows past the end repeat the last one and are not stored.
 """
 import math
 

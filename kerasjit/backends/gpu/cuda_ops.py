@@ -8,11 +8,14 @@ integer add/subtract/multiply wrap through unsigned arithmetic for the same
 reason (signed overflow is undefined in C++, two's complement in XLA).
 """
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from ...hlo.shape import DTYPES
-from ...kernels.lower import Unsupported
+from ...errors import Unsupported
+from ...hlo.opcodes import COMPLEX, FLOAT, INT
+from ..rules import Rule, any_type, rule_for
 
 CTYPE = {"pred": "bool", "s8": "s8", "u8": "u8", "s16": "s16", "u16": "u16", "s32": "s32",
          "u32": "u32", "s64": "s64", "u64": "u64", "f32": "float", "f64": "double"}
@@ -126,20 +129,6 @@ __device__ __forceinline__ float kj_logistic(float x) { return 1.0f / (1.0f + ex
 __device__ __forceinline__ double kj_logistic(double x) { return 1.0 / (1.0 + exp(-x)); }
 """
 
-_FLOAT_CALL = {  # opcode -> C function for double; f32 appends "f"
-    "exponential": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "sine": "sin",
-    "cosine": "cos", "tan": "tan", "tanh": "tanh", "exponential-minus-one": "expm1",
-    "log-plus-one": "log1p", "cbrt": "cbrt", "erf": "erf", "floor": "floor", "ceil": "ceil",
-    "round-nearest-afz": "round", "round-nearest-even": "rint", "abs": "fabs",
-    "remainder": "fmod", "power": "pow", "atan2": "atan2"}
-_HELPER = {"maximum": "kj_max", "minimum": "kj_min", "logistic": "kj_logistic",
-           "sign": "kj_sign", "is-finite": "kj_is_finite", "clamp": "kj_clamp"}
-_INT_HELPER = {"add": "kj_add", "subtract": "kj_sub", "multiply": "kj_mul",
-               "divide": "kj_div", "remainder": "kj_rem", "shift-left": "kj_shl",
-               "shift-right-logical": "kj_shr_logical",
-               "shift-right-arithmetic": "kj_shr_arithmetic"}
-_INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "and": "&", "or": "|",
-          "xor": "^"}
 _COMPARE = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 _SUFFIX = {"s32": "", "u32": "u", "s64": "LL", "u64": "ull"}
 
@@ -188,65 +177,131 @@ def literal(dtype, value):
 def expression(opcode, attr, out_dtype, in_dtypes, args):
     """C expression (of type out_dtype) for one elementwise opcode on C operand expressions."""
     dtype = in_dtypes[0] if in_dtypes else out_dtype
-    if opcode == "convert":
-        return _convert(args[0], dtype, out_dtype)
-    if opcode == "bitcast-convert":
-        if bits(dtype) != bits(out_dtype) or "pred" in (dtype, out_dtype):
-            raise Unsupported("bitcast-convert between different widths")
-        return f"kj_bitcast<{ctype(out_dtype)}>({args[0]})"
-    if opcode == "copy":
-        return args[0]
-    if opcode == "select":
-        return f"({args[0]} ? {args[1]} : {args[2]})"
-    if opcode == "compare":     # C's != is unordered and the others ordered, as in XLA
-        return f"({args[0]} {_COMPARE[attr]} {args[1]})"
-    if opcode in _HELPER and (opcode not in ("sign", "is-finite") or is_float(dtype)):
-        return f"{_HELPER[opcode]}({', '.join(args)})"
-    if is_float(dtype):
-        return _float(opcode, dtype, args)
-    return _integer(opcode, dtype, args)
+    return rule_for(RULES, "CUDA", opcode, is_float(dtype))(Site(opcode, dtype, out_dtype, attr),
+                                                             *args)
 
 
-def _float(opcode, dtype, args):
-    if opcode in _INFIX and opcode not in ("and", "or", "xor"):
-        return f"({args[0]} {_INFIX[opcode]} {args[1]})"
-    if opcode == "negate":
-        return f"(-{args[0]})"
-    if opcode in _FLOAT_CALL:
-        return f"{_FLOAT_CALL[opcode]}{'f' if dtype == 'f32' else ''}({', '.join(args)})"
-    raise Unsupported(f"the CUDA compiler has no float '{opcode}'")
+@dataclass(frozen=True)
+class Site:
+    """One opcode being written: its operand and result element types."""
+    opcode: str
+    dtype: str          # the first operand's (or, without operands, the result's)
+    out: str
+    attr: object
 
 
-def _integer(opcode, dtype, args):
-    c = ctype(dtype)
-    x = args[0]
-    if dtype == "pred":          # bool: ~true is -2, still true
-        if opcode == "not":
-            return f"(!{x})"
-        if opcode in ("and", "or", "xor"):
-            return f"(({args[0]} {_INFIX[opcode]} {args[1]}) != 0)"
-        raise Unsupported(f"the CUDA compiler has no pred '{opcode}'")
-    signed = dtype.startswith("s")
-    if opcode in _INT_HELPER:
-        return f"{_INT_HELPER[opcode]}({', '.join(args)})"
-    if opcode in ("and", "or", "xor"):
-        return f"(({c})({args[0]} {_INFIX[opcode]} {args[1]}))"
-    if opcode == "not":
-        return f"(({c})~{x})"
-    if opcode == "negate":
-        return f"kj_sub(({c})0, {x})"
-    if opcode == "abs":
-        return f"({x} < 0 ? kj_sub(({c})0, {x}) : {x})" if signed else x
-    if opcode == "sign":
-        return f"(({c})({x} < 0 ? -1 : {x} != 0))" if signed else f"(({c})({x} != 0))"
-    if opcode == "popcnt":
-        return f"(({c})__popcll((u64){x}))" if bits(dtype) == 64 else \
-            f"(({c})__popc((u32)(u{bits(dtype)}){x}))"
-    if opcode == "count-leading-zeros":
-        if bits(dtype) == 64:
-            return f"(({c})__clzll((s64){x}))"
-        return f"(({c})(__clz((s32)(u32)(u{bits(dtype)}){x}) - {32 - bits(dtype)}))"
-    raise Unsupported(f"the CUDA compiler has no integer '{opcode}'")
+def _call(name):
+    """A CUDA math function: the f32 one (name + "f") for f32."""
+    return lambda s, *args: f"{name}{'f' if s.dtype == 'f32' else ''}({', '.join(args)})"
+
+
+def _helper(name):
+    """A PRELUDE helper (overloaded or a template on the element type)."""
+    return lambda s, *args: f"{name}({', '.join(args)})"
+
+
+def _infix(op):
+    return lambda s, x, y: f"({x} {op} {y})"
+
+
+def _bitwise(op):
+    """pred is bool: the result of & | ^ is an int, made bool again."""
+    def rule(s, x, y):
+        if s.dtype == "pred":
+            return f"(({x} {op} {y}) != 0)"
+        return f"(({ctype(s.dtype)})({x} {op} {y}))"
+    return rule
+
+
+def _not(s, x):
+    return f"(!{x})" if s.dtype == "pred" else f"(({ctype(s.dtype)})~{x})"   # (~true is true)
+
+
+def _int_abs(s, x):
+    return f"({x} < 0 ? kj_sub(({ctype(s.dtype)})0, {x}) : {x})" if _signed(s.dtype) else x
+
+
+def _int_sign(s, x):
+    c = ctype(s.dtype)
+    return f"(({c})({x} < 0 ? -1 : {x} != 0))" if _signed(s.dtype) else f"(({c})({x} != 0))"
+
+
+def _popcnt(s, x):
+    c, width = ctype(s.dtype), bits(s.dtype)
+    return f"(({c})__popcll((u64){x}))" if width == 64 else f"(({c})__popc((u32)(u{width}){x}))"
+
+
+def _count_leading_zeros(s, x):
+    c, width = ctype(s.dtype), bits(s.dtype)
+    if width == 64:
+        return f"(({c})__clzll((s64){x}))"
+    return f"(({c})(__clz((s32)(u32)(u{width}){x}) - {32 - width}))"
+
+
+def _bitcast_convert(s, x):
+    if bits(s.dtype) != bits(s.out) or "pred" in (s.dtype, s.out):
+        raise Unsupported("bitcast-convert between different widths")
+    return f"kj_bitcast<{ctype(s.out)}>({x})"
+
+
+def _signed(dtype):
+    return dtype.startswith("s")
+
+
+# Opcode -> its C expression, per type class (backends/rules.py). Integer
+# arithmetic goes through PRELUDE's helpers (wrapping, XLA's edges).
+RULES = {
+    "add": Rule(_infix("+"), _helper("kj_add")),
+    "subtract": Rule(_infix("-"), _helper("kj_sub")),
+    "multiply": Rule(_infix("*"), _helper("kj_mul")),
+    "divide": Rule(_infix("/"), _helper("kj_div")),
+    "remainder": Rule(_call("fmod"), _helper("kj_rem")),
+    "maximum": any_type(_helper("kj_max")),
+    "minimum": any_type(_helper("kj_min")),
+    "power": Rule(float=_call("pow")),
+    "atan2": Rule(float=_call("atan2")),
+    "and": Rule(int=_bitwise("&")),
+    "or": Rule(int=_bitwise("|")),
+    "xor": Rule(int=_bitwise("^")),
+    "shift-left": Rule(int=_helper("kj_shl")),
+    "shift-right-logical": Rule(int=_helper("kj_shr_logical")),
+    "shift-right-arithmetic": Rule(int=_helper("kj_shr_arithmetic")),
+    "abs": Rule(_call("fabs"), _int_abs),
+    "negate": Rule(lambda s, x: f"(-{x})", lambda s, x: f"kj_sub(({ctype(s.dtype)})0, {x})"),
+    "sign": Rule(_helper("kj_sign"), _int_sign),
+    "not": Rule(int=_not),
+    "popcnt": Rule(int=_popcnt),
+    "count-leading-zeros": Rule(int=_count_leading_zeros),
+    "exponential": Rule(float=_call("exp")),
+    "log": Rule(float=_call("log")),
+    "tanh": Rule(float=_call("tanh")),
+    "logistic": Rule(float=_helper("kj_logistic")),
+    "exponential-minus-one": Rule(float=_call("expm1")),
+    "log-plus-one": Rule(float=_call("log1p")),
+    "sqrt": Rule(float=_call("sqrt")),
+    "rsqrt": Rule(float=_call("rsqrt")),
+    "cbrt": Rule(float=_call("cbrt")),
+    "erf": Rule(float=_call("erf")),
+    "sine": Rule(float=_call("sin")),
+    "cosine": Rule(float=_call("cos")),
+    "tan": Rule(float=_call("tan")),
+    "floor": Rule(float=_call("floor")),
+    "ceil": Rule(float=_call("ceil")),
+    "round-nearest-afz": Rule(float=_call("round")),
+    "round-nearest-even": Rule(float=_call("rint")),
+    "is-finite": Rule(float=_helper("kj_is_finite")),
+    "convert": any_type(lambda s, x: _convert(x, s.dtype, s.out)),
+    "bitcast-convert": any_type(_bitcast_convert),
+    "copy": any_type(lambda s, x: x),
+    "select": any_type(lambda s, p, x, y: f"({p} ? {x} : {y})"),
+    # C's != is unordered and the others ordered, as in XLA.
+    "compare": any_type(lambda s, x, y: f"({x} {_COMPARE[s.attr]} {y})"),
+    "clamp": any_type(_helper("kj_clamp")),
+}
+# Left to TensorFlow, by opcode and type class: complex numbers, precision
+# emulation, integer powers.
+FALLBACK = {"real": COMPLEX, "imag": COMPLEX, "complex": COMPLEX, "reduce-precision": FLOAT,
+            "power": INT}
 
 
 def _convert(x, src, dst):

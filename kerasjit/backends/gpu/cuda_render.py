@@ -1,22 +1,15 @@
 """Kernel IR -> CUDA C: one __global__ function per loop kernel.
 
 Each kernel runs a grid-stride loop over its flattened iteration space, so
-any launch grid covers it; the flat index is split into the loop index with
-div/mod. Per element, the expression DAG is rendered once into typed const
-locals (memoised, like the CPU renderer's values); a Reduce becomes an
-inner loop nest over mutable accumulator locals, with its Vars bound to
-those locals and to the body values. GemmCall steps are left to the host
-(cuBLAS, between the kernels: executable.py); ImplicitGemm steps (convolutions)
-are rendered by cuda_implicit_gemm.py.
+any grid covers it. Per element the expression DAG is rendered once into const
+locals; a Reduce becomes an inner loop nest over accumulator locals. GemmCalls
+go to cuBLAS on the host (executable.py); ImplicitGemms to cuda_implicit_gemm.py.
 
-A kernel with a long reduction (BLOCK_REDUCE_TERMS terms or more: a loss
-over the batch, batch-norm statistics over batch and image) is cooperative:
-each block takes one output element at a time (a grid-stride loop over
-blocks), its threads take every blockDim.x-th term into their own
-accumulators, and a tree in shared memory combines those with the
-reduction's own combiner (HLO reductions may be combined in any order).
-Every thread then has the result; thread 0 stores. One thread per element
-would sum a scalar loss's terms one after another on one GPU thread.
+A kernel with a long reduction (BLOCK_REDUCE_TERMS terms or more, e.g. a loss
+over the batch) is cooperative: a block per output element, its threads
+striding over the terms, then a shared-memory tree with the reduction's own
+combiner (HLO reductions may combine in any order); thread 0 stores. One
+thread per element would sum a scalar loss serially.
 """
 import math
 import re

@@ -1,8 +1,7 @@
 """The GPU as the executable sees it, through CuPy: memory, NVRTC kernels, cuBLAS, graphs.
 
-Everything runs on one stream of the device's own. It is a blocking stream,
-so copies CuPy makes on the legacy default stream (`.get()` when TensorFlow
-or Keras needs a value) wait for the work queued on it; CuPy's per-thread
+Everything runs on one blocking stream of the device's own, so CuPy's copies
+on the legacy default stream (`.get()`) wait for its work; CuPy's per-thread
 default stream would not, so that setting is refused. Input batches go
 through pinned staging buffers, so their upload overlaps the host's work.
 """
@@ -13,13 +12,10 @@ import numpy as np
 
 from ...kernels.ir import GemmCall
 from .cuda_render import THREADS     # per block; the kernels' grid-stride loops take any grid
+from ...errors import GpuUnavailable
 
 NVRTC_OPTIONS = ("--std=c++17",)
 BLOCKS_PER_SM = 32              # enough resident blocks to hide memory latency
-
-
-class GpuUnavailable(RuntimeError):
-    """Why kerasjit cannot use a GPU here."""
 
 
 class CupyDevice:

@@ -1,27 +1,23 @@
 """A compiled cluster on a device: its buffers resident there, kernels launched in order.
 
-Every buffer of the program has a fixed place in device memory for the
-executable's life (temporaries share slots as on the CPU), and the table of
-their addresses the kernels index is uploaded once: so the launches of a
-call are the same every time, and after the first call they are captured
-as one CUDA graph and replayed (for clusters without GEMMs: CuPy's cuBLAS
-calls refuse a capturing stream). A call copies its arguments into the
-parameter buffers, except an array this executable handed out for a
-donated parameter (a variable updated in place: passed back, it is already
-there); outputs are copied out to new device arrays, except donated ones.
-
-`device` supplies the memory, the kernels and cuBLAS (device.py); tests run
-the same executable on a host emulation of it.
+Buffers have fixed device addresses for the executable's life and their
+table is uploaded once, so every call's launches are the same: after the first
+call they are captured as one CUDA graph and replayed (not for clusters with
+GEMMs: CuPy's cuBLAS calls refuse a capturing stream). Arguments are copied
+into the parameter buffers, except a donated array this executable handed
+out; outputs are copied out, except donated ones. `device` (device.py)
+supplies memory, kernels and cuBLAS; tests use a host emulation of it.
 """
 import threading
 
+from ...compiler import Executable
 from ...hlo.shape import DTYPES
 from ...kernels.ir import ChunkLoop, GemmCall
 from .. import one_call_at_a_time
 from .cuda_render import launch_threads
 
 
-class GpuExecutable:
+class GpuExecutable(Executable):
     def __init__(self, program, device, functions, kernels):
         """functions: id(LoopKernel) -> the device's compiled function;
         kernels: [(name, CUDA C)] for explain()."""

@@ -1,0 +1,239 @@
+"""The persistent compile cache: hits skip code generation, bad entries rebuild,
+and nothing another user could have planted or changed is ever run."""
+import dataclasses
+import glob
+import os
+import pickle
+import shutil
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import kerasjit.backends.cpu as cpu
+from kerasjit.backends.cpu import cache
+from kerasjit.frontend.bridge import hlo_module
+
+
+def fn(x, w):
+    return tf.nn.relu(tf.matmul(x, w)) * 2.0 + 1.0
+
+
+def other(x, w):
+    return tf.nn.relu(tf.matmul(x, w)) * 3.0 - 1.0
+
+
+def with_constants(x, w):
+    table = tf.constant(np.arange(20, dtype=np.float32).reshape(5, 4))
+    y = tf.nn.relu(tf.matmul(x, w) + table[:1]) * 2.0
+    return tf.reduce_sum(y, axis=0), tf.cast(y > 1, tf.int32), w + table
+
+
+ARGS = [np.random.default_rng(0).standard_normal((6, 5)).astype(np.float32),
+        np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)]
+EXPECTED = fn(*ARGS).numpy()
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """One item per compile that generated code rather than load it."""
+    calls, lower = [], cpu.lower
+
+    def counted(*args, **kwargs):
+        calls.append(None)
+        return lower(*args, **kwargs)
+    monkeypatch.setattr(cpu, "lower", counted)
+    return calls
+
+
+def compile_fresh(function=fn, donate=None):
+    """Compile `function` on ARGS in a fresh backend (nothing linked in this process
+    yet): its cache key, the record the backend keeps and the executable."""
+    backend = cpu.CpuBackend()
+    executable = backend.compile(hlo_module(function, *ARGS), donate)
+    ((key, (record, _)),) = backend.loaded.items()
+    return key, record, executable
+
+
+def result(function=fn):
+    return compile_fresh(function)[2](ARGS)[0]
+
+
+def contents(directory):
+    return {p.name: p.read_bytes() for p in directory.iterdir()}
+
+
+def test_second_compile_is_a_cache_hit(compile_cache_dir, monkeypatch):
+    np.testing.assert_allclose(result(), EXPECTED, rtol=1e-6)
+    assert len(glob.glob(str(compile_cache_dir / "*.kjc"))) == 1
+
+    def no_codegen(*_):
+        raise AssertionError("code was generated despite a cache entry")
+    monkeypatch.setattr(cpu, "lower", no_codegen)
+    executable = compile_fresh()[2]
+    np.testing.assert_allclose(executable(ARGS)[0], EXPECTED, rtol=1e-6)
+    assert executable.kernels                 # explain() still shows the kernels
+
+
+@pytest.mark.parametrize("profiled", ["", "1"])
+def test_a_loaded_record_is_the_built_one(compile_cache_dir, monkeypatch, builds, profiled):
+    monkeypatch.setenv("KERASJIT_PROFILE_KERNELS", profiled)    # counters: None, or a tuple
+    _, built, _ = compile_fresh(with_constants, donate={1: 2})
+    _, loaded, executable = compile_fresh(with_constants, donate={1: 2})
+    assert len(builds) == 1 and loaded.keys() == built.keys()
+    for name in built.keys() - {"program"}:
+        assert loaded[name] == built[name] and type(loaded[name]) is type(built[name]), name
+    programs = loaded["program"], built["program"]
+    for field in dataclasses.fields(programs[1]):
+        if field.name != "buffers":
+            assert getattr(programs[0], field.name) == getattr(programs[1], field.name)
+    constants = 0
+    for got, want in zip(*(p.buffers for p in programs), strict=True):
+        assert dataclasses.replace(got, data=None) == dataclasses.replace(want, data=None)
+        if want.data is not None:
+            np.testing.assert_array_equal(got.data, want.data, strict=True)
+            constants += 1
+    assert constants and programs[1].aliases    # the case exercises both
+    want = with_constants(*ARGS)
+    donated = [a.copy() for a in ARGS]         # parameter 1 is overwritten by output 2
+    for got, expected in zip(executable(donated), want):
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("damage", [b"", b"not an entry", None])
+def test_corrupt_entry_is_rebuilt(compile_cache_dir, damage):
+    result()
+    (entry,) = glob.glob(str(compile_cache_dir / "*.kjc"))
+    if damage is None:                         # flip bytes inside: checksum mismatch
+        data = bytearray(open(entry, "rb").read())
+        data[len(data) // 2] ^= 0xFF
+        damage = bytes(data)
+    with open(entry, "wb") as f:
+        f.write(damage)
+    np.testing.assert_allclose(result(), EXPECTED, rtol=1e-6)
+    assert os.path.getsize(entry) > 1000      # rewritten with a good entry
+
+
+def test_empty_cache_dir_disables_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERASJIT_CACHE_DIR", "")
+    monkeypatch.chdir(tmp_path)
+    np.testing.assert_allclose(result(), EXPECTED, rtol=1e-6)
+    assert not os.listdir(tmp_path)
+
+
+class Payload:
+    """Unpickling it runs code: it creates `marker`."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def test_planted_pickle_is_never_run(compile_cache_dir, tmp_path, builds):
+    key = compile_fresh()[0]
+    marker = tmp_path / "payload-ran"
+    planted = pickle.dumps(Payload(marker))
+    for suffix in (".pkl", ".kjc"):            # the old entry name and the current one
+        (compile_cache_dir / (key + suffix)).write_bytes(planted)
+    np.testing.assert_allclose(result(), EXPECTED, rtol=1e-6)
+    assert not marker.exists()
+    assert (compile_cache_dir / (key + ".kjc")).read_bytes() != planted     # rebuilt over it
+    result()
+    assert len(builds) == 2                    # and the rebuilt entry is a hit
+
+
+def test_entry_that_is_a_symlink_is_not_followed(compile_cache_dir, tmp_path, monkeypatch, builds):
+    elsewhere = tmp_path / "elsewhere"
+    monkeypatch.setenv("KERASJIT_CACHE_DIR", str(elsewhere))
+    key = compile_fresh()[0]
+    target = elsewhere / (key + ".kjc")
+    valid = target.read_bytes()
+    monkeypatch.setenv("KERASJIT_CACHE_DIR", str(compile_cache_dir))
+    compile_cache_dir.mkdir(mode=0o700)
+    (compile_cache_dir / target.name).symlink_to(target)
+    np.testing.assert_allclose(result(), EXPECTED, rtol=1e-6)
+    assert len(builds) == 2                    # rebuilt, not loaded through the link
+    assert target.read_bytes() == valid and not target.is_symlink()
+    assert not (compile_cache_dir / target.name).is_symlink()   # replaced by an entry of its own
+
+
+def test_fifo_at_an_entry_path_does_not_block(compile_cache_dir):
+    key = compile_fresh()[0]
+    entry = compile_cache_dir / (key + ".kjc")
+    entry.unlink()
+    os.mkfifo(entry)
+    results = []
+    thread = threading.Thread(target=lambda: results.append(result()), daemon=True)
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "the compile blocked opening the FIFO"
+    np.testing.assert_allclose(results[0], EXPECTED, rtol=1e-6)
+    assert entry.is_file()
+
+
+def test_directory_at_an_entry_path_leaves_no_temp_files(compile_cache_dir):
+    key = compile_fresh()[0]
+    entry = compile_cache_dir / (key + ".kjc")
+    entry.unlink()
+    entry.mkdir()
+    for _ in range(2):
+        np.testing.assert_allclose(result(), EXPECTED, rtol=1e-6)
+    assert os.listdir(compile_cache_dir) == [entry.name]
+
+
+def assert_bypassed(cache_path, builds, reason):
+    """A valid entry in `cache_path` is neither read nor rewritten, compiles still
+    work, and one warning says why."""
+    before = contents(cache_path)
+    with pytest.warns(RuntimeWarning) as warned:
+        for _ in range(2):
+            np.testing.assert_allclose(result(), EXPECTED, rtol=1e-6)
+    (warning,) = [w for w in warned if issubclass(w.category, RuntimeWarning)]
+    message = str(warning.message)
+    assert str(cache_path) in message and reason in message and "KERASJIT_CACHE_DIR" in message
+    assert len(builds) == 3                    # the first compile, then two without the cache
+    assert contents(cache_path) == before
+
+
+def test_directory_others_can_write_is_not_used(compile_cache_dir, builds):
+    compile_fresh()
+    compile_cache_dir.chmod(0o777)
+    assert_bypassed(compile_cache_dir, builds, "writable by group or others")
+
+
+def test_directory_of_another_user_is_not_used(compile_cache_dir, builds, monkeypatch):
+    compile_fresh()
+    someone_else = os.geteuid() + 1
+    monkeypatch.setattr(cache.os, "geteuid", lambda: someone_else)
+    assert_bypassed(compile_cache_dir, builds, f"not by you (uid {someone_else})")
+
+
+def test_directory_below_one_others_can_write_is_not_used(tmp_path, monkeypatch, builds):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    cache_path = shared / "cache"
+    monkeypatch.setenv("KERASJIT_CACHE_DIR", str(cache_path))
+    compile_fresh()
+    shared.chmod(0o777)                        # not sticky: anyone can swap our directory
+    assert_bypassed(cache_path, builds, f"{shared} above it is writable by group or others")
+
+
+@pytest.mark.parametrize("umask", [0, 0o277])
+def test_new_directory_is_private_whatever_the_umask(compile_cache_dir, umask):
+    previous = os.umask(umask)
+    try:
+        np.testing.assert_allclose(result(), EXPECTED, rtol=1e-6)
+    finally:
+        os.umask(previous)
+    assert compile_cache_dir.stat().st_mode & 0o777 == 0o700
+    assert len(glob.glob(str(compile_cache_dir / "*.kjc"))) == 1
+
+
+def test_entry_holding_another_key_is_ignored(compile_cache_dir):
+    key = compile_fresh(fn)[0]
+    other_key = compile_fresh(other)[0]
+    shutil.copy(compile_cache_dir / (key + ".kjc"), compile_cache_dir / (other_key + ".kjc"))
+    np.testing.assert_allclose(result(other), other(*ARGS).numpy(), rtol=1e-6)

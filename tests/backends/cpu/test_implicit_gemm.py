@@ -1,0 +1,176 @@
+"""Convolutions as implicit GEMMs (kernels/conv_implicit.py, backends/cpu/implicit_gemm.py).
+
+Every blocking the generated code has is exercised against the evaluator:
+features past one block of vectors (and a masked tail), output rows in full
+blocks and a short one, a contraction cut into slices, row blocks split over
+threads, windows that pad, stride, dilate and (in the input gradient) run
+reversed over an operand with zeros between its elements (a strided
+convolution's output gradient). Convolutions this form does not take still compile, as patches
+and sgemm.
+"""
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kerasjit.backends.cpu import CpuBackend, implicit_gemm
+from kerasjit.backends.cpu.codegen import render_program
+from kerasjit.kernels.ir import GemmCall, ImplicitGemm, LoopKernel, leaf_steps
+from kerasjit.hlo import parse_module
+from kerasjit.kernels.lower import lower
+from kerasjit.passes import optimize_as_configured
+
+from tests.support import cpu_check
+from tests.support.bridge import bridge
+from tests.support.cpu_check import check
+from tests.support.structured_cases import REVERSED_WINDOW, conv_and_grads, rand
+
+CASES = {
+    # 80 features: a block of four vectors and one of a single, masked one;
+    # 29 output columns: full blocks of rows and a short one.
+    "wide_features": (conv_and_grads(1, "VALID"), (rand(2, 6, 31, 5), rand(3, 3, 5, 80))),
+    "same_padding": (conv_and_grads(1, "SAME"), (rand(3, 9, 8, 6), rand(3, 3, 6, 16))),
+    "stride_2": (conv_and_grads(2, "SAME"), (rand(2, 11, 10, 3), rand(5, 5, 3, 7))),
+    "dilated": (conv_and_grads(1, "VALID", 2), (rand(1, 12, 11, 4), rand(3, 3, 4, 20))),
+    "conv1d": (lambda x, w: conv_and_grads(1, "SAME")(x[:, None], w[None]),
+               (rand(4, 17, 8), rand(5, 8, 12))),
+}
+
+
+def implicit_steps(fn, args):
+    module = bridge(fn, *args)
+    optimize_as_configured(module)
+    return [s for s in leaf_steps(lower(module, implicit_gemm=True).steps)
+            if isinstance(s, (ImplicitGemm, GemmCall))]
+
+
+def check_compiled(fn, args):
+    check(bridge(fn, *args), [np.asarray(a) for a in args], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_convolutions_and_gradients_as_implicit_gemms_match_evaluator(name):
+    fn, args = CASES[name]
+    steps = implicit_steps(fn, args)
+    assert [type(s) for s in steps] == [ImplicitGemm] * 3   # forward, both gradients
+    check_compiled(fn, args)
+
+
+@pytest.mark.parametrize("name", ["wide_features", "same_padding"])
+def test_sliced_contractions_and_threads_match_evaluator(name, monkeypatch, no_compile_cache):
+    # The code differs from what the same HLO compiled to before: no cache, in
+    # memory (a fresh backend for check) or on disk.
+    monkeypatch.setattr(cpu_check, "BACKEND", CpuBackend())
+    monkeypatch.setattr(implicit_gemm, "SLICE_BYTES", 256)    # every contraction sliced
+    monkeypatch.setattr(implicit_gemm, "SPLIT_WORK", 0)       # every one split over threads
+    fn, args = CASES[name]
+    check_compiled(fn, args)
+
+
+def test_layouts_it_does_not_take_compile_as_patches_and_sgemm():
+    def channels_first(x, w):
+        return tf.nn.conv2d(x, w, 1, "SAME", data_format="NCHW")
+    x, w = rand(2, 3, 7, 7), rand(3, 3, 3, 4)
+    steps = implicit_steps(channels_first, (x, w))
+    assert steps and not any(isinstance(s, ImplicitGemm) for s in steps)
+    check_compiled(channels_first, (x, w))
+
+
+def conv_bias_relu_and_grads(x, w, bias):
+    with tf.GradientTape() as tape:
+        tape.watch([x, w, bias])
+        y = tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME") + bias)     # Conv2D(activation="relu")
+        loss = tf.reduce_sum(tf.nn.max_pool2d(y, 2, 2, "VALID") ** 2)
+    return [loss, *tape.gradient(loss, [x, w, bias])]
+
+
+def conv1d_bias_relu_and_grads(x, w, bias):
+    with tf.GradientTape() as tape:
+        tape.watch([x, w, bias])     # (TensorFlow's conv1d: a conv2d between reshapes)
+        y = tf.nn.relu(tf.nn.conv1d(x, w, 1, "VALID") + bias)
+        loss = tf.reduce_sum(tf.reduce_max(y, axis=1) ** 2)
+    return [loss, *tape.gradient(loss, [x, w, bias])]
+
+
+BIAS_RELU = (rand(2, 10, 9, 3), rand(3, 3, 3, 20), rand(20))
+EPILOGUES = {"conv2d": (conv_bias_relu_and_grads, BIAS_RELU, (2, 10, 9, 20)),
+             "conv1d": (conv1d_bias_relu_and_grads, (rand(3, 17, 5), rand(4, 5, 24), rand(24)),
+                        (3, 14, 24))}
+
+
+@pytest.mark.parametrize("name", EPILOGUES)
+def test_bias_and_activation_run_as_the_convolutions_epilogue(name):
+    fn, args, activation = EPILOGUES[name]
+    module = bridge(fn, *args)
+    optimize_as_configured(module)
+    program = lower(module, implicit_gemm=True)
+    # The forward convolution stores the activation's output (its gradients, the
+    # reshapes that follow them, which are epilogues too).
+    assert any(isinstance(s, ImplicitGemm) and s.epilogue is not None
+               and program.buffers[s.out].dims == activation for s in program.steps)
+    assert not any(isinstance(s, LoopKernel) and s.dims == activation
+                   and "maximum" in s.name for s in leaf_steps(program.steps))
+    check_compiled(fn, args)
+
+
+def test_an_epilogue_runs_once_the_last_slice_is_summed(monkeypatch, no_compile_cache):
+    monkeypatch.setattr(cpu_check, "BACKEND", CpuBackend())
+    monkeypatch.setattr(implicit_gemm, "SLICE_BYTES", 256)
+    monkeypatch.setattr(implicit_gemm, "SPLIT_WORK", 0)
+    check_compiled(conv_bias_relu_and_grads, BIAS_RELU)
+
+
+def test_a_convolution_read_elsewhere_too_keeps_its_output():
+    def returned_too(x, w, bias):
+        y = tf.nn.conv2d(x, w, 1, "SAME")
+        return y, tf.nn.relu(y + bias)
+    steps = implicit_steps(returned_too, BIAS_RELU)
+    assert [s.epilogue for s in steps] == [None]
+    check_compiled(returned_too, BIAS_RELU)
+
+
+def dense_reshape_conv1d_gradient(x, w1, w2):
+    # Dense(16, relu) -> Reshape((16, 1)) -> Conv1D: the input gradient's
+    # convolution has one feature, and the relu gradient reads it reshaped.
+    with tf.GradientTape() as tape:
+        tape.watch(w1)
+        h = tf.nn.relu(tf.matmul(x, w1))
+        y = tf.nn.conv1d(tf.reshape(h, [-1, 16, 1]), w2, 1, "SAME")
+        loss = tf.reduce_sum(y * y)
+    return tape.gradient(loss, w1)
+
+
+@pytest.mark.parametrize("fn, args", [
+    (dense_reshape_conv1d_gradient, (rand(3, 5), rand(5, 16, seed=1), rand(3, 1, 4, seed=2))),
+    # One feature, dropped after the convolution; a unit dim after the features.
+    (lambda x, w, b: tf.nn.relu(tf.squeeze(tf.nn.conv2d(x, w, 1, "SAME"), -1) + b),
+     (rand(2, 6, 7, 3), rand(3, 3, 3, 1), rand(7))),
+    (lambda x, w, b: tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME")[..., None] + b),
+     (rand(2, 6, 7, 3), rand(3, 3, 3, 5), rand(5, 1)))])
+def test_a_consumer_whose_last_dim_is_not_the_features_is_no_epilogue(fn, args):
+    check_compiled(fn, args)
+
+
+def test_a_reversed_window_walks_the_weights_backwards():
+    text, args = REVERSED_WINDOW
+    gemm, = [s for s in lower(parse_module(text), implicit_gemm=True).steps
+             if isinstance(s, ImplicitGemm)]
+    assert gemm.b_offset > 0
+    check(parse_module(text), list(args), rtol=1e-5, atol=1e-5)
+
+
+def test_the_contraction_loops_are_left_unrolled_by_llvm():
+    # (Each step is already a block of FMAs: LLVM's unrolling of them cost
+    # compile time and gained nothing.) The loop metadata must name itself,
+    # or LLVM ignores it.
+    fn, args = CASES["same_padding"]
+    module = bridge(fn, *args)
+    optimize_as_configured(module)
+    text, _, _ = render_program(lower(module, implicit_gemm=True))
+    nodes = re.findall(r"^(!\d+) = distinct !\{ (!\d+), (!\d+) \}$", text, flags=re.M)
+    assert nodes and all(node == first for node, first, _ in nodes)
+    disabled = {m for m in re.findall(r'^(!\d+) = !\{ !"llvm.loop.unroll.disable" \}$',
+                                      text, flags=re.M)}
+    assert {option for _, _, option in nodes} <= disabled
+    assert re.search(r"!llvm.loop " + nodes[0][0] + r"\b", text)

@@ -1,0 +1,232 @@
+"""Per-cluster fallback: what the bridge cannot compile runs in TensorFlow."""
+import gc
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import kerasjit
+from kerasjit.step import CompiledStep
+
+from tests.fuzz.fuzz_keras import compare
+
+pytestmark = pytest.mark.tensorflow_reference
+
+
+class RunTimeAxisExpand(keras.layers.Layer):
+    """The seed's case: expand_dims on an axis drawn at run time (always 1 here)."""
+
+    def call(self, x):
+        axis = tf.random.uniform([], 1, 2, dtype=tf.int32)
+        return tf.reshape(tf.expand_dims(x, axis), [-1, x.shape[-1]])
+
+
+def expand_model():
+    model = keras.Sequential([keras.Input((12,)), keras.layers.Dense(16, activation="relu"),
+                              RunTimeAxisExpand(), keras.layers.Dense(3, activation="softmax")])
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    return model
+
+
+def test_seed_runtime_axis_expand_dims_trains_split_between_tf_and_compiled():
+    rng = np.random.default_rng(0)
+    x, y = rng.random((64, 12), dtype=np.float32), rng.integers(0, 3, 64)
+    keras.utils.set_random_seed(3)
+    plain = expand_model()
+    plain.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    keras.utils.set_random_seed(3)
+    wrapped = kerasjit.wrap(expand_model(), backend="reference")
+    wrapped.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    for a, b in zip(plain.get_weights(), wrapped.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+    explanation = kerasjit.explain(wrapped, x[:16], y[:16])
+    fallback = [c for c in explanation.clusters if c.kind == "tensorflow"]
+    compiled = [c for c in explanation.clusters if c.kind == "compiled"]
+    assert any("ExpandDims" in c.ops and "compile-time constant" in c.reason for c in fallback)
+    assert any("RandomUniformInt" in c.ops and "stateful random" in c.reason for c in fallback)
+    assert sum(len(c.ops) for c in compiled) > 5 * sum(len(c.ops) for c in fallback)
+    # Clusters downstream of the run-time shape were specialised when the step ran.
+    assert all(c.hlo for c in compiled)
+    text = str(explanation)
+    assert "TensorFlow: " in text and "compile-time constant" in text
+
+
+def test_jit_seed_reduction_matches_numpy():
+    f = kerasjit.jit(lambda x, y, z: tf.reduce_sum(x + y * z), backend="reference")
+    x, y, z = (np.random.default_rng(i).random(100, dtype=np.float32) for i in range(3))
+    np.testing.assert_allclose(f(x, y, z), np.sum(x + y * z), rtol=1e-5)
+    explanation = kerasjit.explain(f, x, y, z)
+    assert [c.kind for c in explanation.clusters] == ["compiled"]
+    assert "reduce(" in explanation.hlo and "multiply(" in explanation.hlo
+
+
+def test_py_function_strings_and_one_arg_where_run_in_tensorflow():
+    def f(x):
+        doubled = tf.py_function(lambda t: t * 2.0, [x], tf.float32)
+        doubled.set_shape(x.shape)
+        label = tf.strings.as_string(tf.reduce_sum(x))
+        positive = tf.cast(tf.shape(tf.where(x > 0.5))[0], tf.float32)
+        return tf.reduce_sum(doubled + 1.0) + positive, label
+    x = np.linspace(0, 1, 10, dtype=np.float32)
+    jitted = kerasjit.jit(f, backend="reference")
+    value, label = jitted(x)
+    expected_value, expected_label = f(tf.constant(x))
+    np.testing.assert_allclose(value, expected_value.numpy(), rtol=1e-6)
+    assert label == expected_label.numpy()
+    reasons = " ".join(c.reason for c in kerasjit.explain(jitted, x).clusters)
+    for why in ("py_function", "string", "tf.where"):
+        assert why in reasons
+
+
+def test_runtime_shapes_are_specialised_up_to_a_cap_then_stay_in_tensorflow():
+    def f(x, axis):
+        axis = tf.identity(axis)
+        y = tf.expand_dims(x, tf.random.uniform([], 0, 1, dtype=tf.int32) + axis)
+        return tf.reduce_sum(tf.square(y + 1.0), axis=0)
+
+    jitted = kerasjit.jit(f, backend="reference", max_shapes=2)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for axis in (0, 1):
+            np.testing.assert_allclose(jitted(x, np.int32(axis)), f(x, axis).numpy())
+    with pytest.warns(RuntimeWarning, match="more than 2 input shapes"):
+        np.testing.assert_allclose(jitted(x, np.int32(2)), f(x, 2).numpy())
+
+
+def test_a_cluster_the_cpu_compiler_cannot_build_runs_in_tensorflow_with_a_warning():
+    def f(x):
+        return tf.sort(x * 2.0) + 1.0       # the CPU compiler has no sort
+    x = np.array([3.0, -1.0, 2.0, 0.5], np.float32)
+    with pytest.warns(RuntimeWarning, match="runs in TensorFlow"):
+        jitted = kerasjit.jit(f, backend="cpu")
+        result = jitted(x)
+    np.testing.assert_allclose(result, f(tf.constant(x)).numpy())
+    clusters = kerasjit.explain(jitted, x).clusters
+    assert any(c.kind == "tensorflow" and "'sort'" in c.reason for c in clusters)
+
+
+class CountsSteps(keras.Model):
+    """A train step that updates a variable by a scatter, which kerasjit cannot
+    turn into dataflow: the whole step must run in TensorFlow."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(2)
+        self.steps_seen = tf.Variable([0.0, 0.0], trainable=False)
+
+    def call(self, x):
+        return self.dense(x)
+
+    def train_step(self, data):
+        self.steps_seen.scatter_nd_add([[1]], [1.0])
+        return super().train_step(data)
+
+
+def test_a_step_that_cannot_be_made_dataflow_runs_whole_in_tensorflow_with_a_warning():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(40, 3)).astype(np.float32), rng.normal(size=(40, 2)).astype(np.float32)
+
+    def fit(wrapped):
+        keras.utils.set_random_seed(0)
+        model = CountsSteps()
+        model.compile(optimizer="sgd", loss="mse")
+        if wrapped:
+            model = kerasjit.wrap(model, race=False)
+        history = model.fit(x, y, batch_size=8, epochs=2, validation_data=(x[:16], y[:16]),
+                            shuffle=False, verbose=0).history
+        return model, history
+    plain, plain_history = fit(False)
+    with pytest.warns(RuntimeWarning, match="train_step runs in TensorFlow: op ResourceScatterNdAdd"):
+        wrapped, history = fit(True)
+    assert history["loss"] == plain_history["loss"]
+    # Validation, a compiled test step, saw each epoch's weights (up to rounding).
+    np.testing.assert_allclose(history["val_loss"], plain_history["val_loss"], rtol=1e-6)
+    for a, b in zip(wrapped.get_weights(), plain.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    assert wrapped.steps_seen.numpy().tolist() == [0.0, 10.0]
+    # (predict is compiled: TensorFlow's kernels may round otherwise)
+    np.testing.assert_allclose(wrapped.predict(x, verbose=0), plain.predict(x, verbose=0),
+                               rtol=1e-6, atol=1e-7)
+    step = wrapped._kerasjit.train
+    [cluster] = next(iter(step.programs.values())).program.clusters
+    assert cluster.kind == "tensorflow" and "ResourceScatterNdAdd" in cluster.reason
+
+
+def test_a_recurrent_model_trains_whole_in_tensorflow_as_plain_keras_does():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(48, 6, 4)).astype(np.float32)
+    y = keras.utils.to_categorical(rng.integers(0, 3, 48), 3)
+
+    def build():
+        keras.utils.set_random_seed(5)
+        model = keras.Sequential([keras.Input((6, 4)), keras.layers.LSTM(8),
+                                  keras.layers.Dense(3, activation="softmax")])
+        model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"])
+        return model
+    plain = build()
+    plain_history = plain.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history
+    with pytest.warns(RuntimeWarning, match="train_step runs in TensorFlow: .*loops over variables"):
+        wrapped = kerasjit.wrap(build())
+        history = wrapped.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history
+    assert history == plain_history
+    for a, b in zip(wrapped.get_weights(), plain.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(wrapped.predict(x, verbose=0), plain.predict(x, verbose=0))
+
+
+def test_a_loop_over_tensors_runs_in_tensorflow_and_the_rest_compiles():
+    def f(x):
+        def body(i, total, seen):
+            return i + 1, total * 1.5 + tf.reduce_sum(x), seen.write(i, total)
+        _, total, seen = tf.while_loop(lambda i, *_: i < 4, body,
+                                       (0, x * 2.0, tf.TensorArray(tf.float32, size=4)))
+        return tf.nn.relu(total - 1.0), seen.stack() * 3.0    # a TensorList in between
+    x = np.linspace(-1, 1, 6).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")             # nothing goes to TensorFlow unannounced
+        jitted = kerasjit.jit(f, race=False)
+        got = jitted(x)
+    for g, w in zip(got, f(tf.constant(x))):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-6)
+    clusters = kerasjit.explain(jitted, x).clusters
+    assert any(c.kind == "tensorflow" and "while loops" in c.reason for c in clusters)
+    assert any(c.kind == "compiled" and "Relu" in c.ops for c in clusters)
+
+
+def test_an_output_the_passes_fold_to_a_constant_compiles():
+    f = kerasjit.jit(lambda x: (x * 3.0, tf.reduce_max(tf.range(5))), race=False)
+    tripled, four = f(np.array([1.0, 2.0], np.float32))
+    np.testing.assert_array_equal(tripled, [3.0, 6.0])
+    assert four == 4 and four.dtype == np.int32
+    assert all(c.kind == "compiled" for c in kerasjit.explain(f, np.ones(2, np.float32)).clusters)
+
+
+def test_a_tensorflow_cluster_calling_a_cond_outlives_the_traced_step(monkeypatch):
+    """A cond (Hinge's) stays in a TensorFlow cluster that calls its branches by
+    name: they must stay registered after the trace is collected. (The fuzzer's
+    shrunk model, seed 0 model 36.)"""
+    trace = CompiledStep._trace
+
+    def trace_then_collect(self, *args):
+        run = trace(self, *args)
+        gc.collect()
+        return run
+    monkeypatch.setattr(CompiledStep, "_trace", trace_then_collect)
+
+    def build():
+        inputs = keras.Input(shape=(9, 2))
+        x = keras.layers.Dense(2)(keras.layers.GlobalAveragePooling1D()(inputs))
+        model = keras.Model(inputs, x)
+        model.compile(optimizer=keras.optimizers.SGD(), loss=keras.losses.Hinge(), metrics=[])
+        return model
+    rng = np.random.default_rng([0, 36])
+    x = rng.normal(size=(3, 9, 2)).astype("float32")
+    y = rng.integers(0, 2, size=(3, 2)).astype("float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)         # (the cond stays in TF)
+        outcome = compare(build, dict(x=x, y=y, batch_size=2, epochs=1, shuffle=False))
+    assert outcome.kind == "match", outcome.describe()

@@ -1,0 +1,86 @@
+"""Adjacent loop dims merge where the kernel uses their indices only to
+address memory laid out like the loop: a [784, 10] update runs as one loop
+of 7840 (the inner 10 is too short for vectors), with the same results."""
+import pytest
+
+from kerasjit.hlo import parse_module
+from kerasjit.kernels.collapse import collapse_dims
+from kerasjit.kernels.ir import LoopKernel
+from kerasjit.kernels.lower import lower
+
+from tests.support.cpu_check import check
+from tests.support.hlo_args import random_args
+from tests.support.hlo_text import hlo
+
+
+def collapsed_dims(text):
+    """The collapsed dims of the module's one loop kernel, after checking the
+    compiled module (which collapses it) against the evaluator."""
+    module = parse_module(text)
+    check(module, random_args(module))
+    program = lower(module)
+    kernel, = [s for s in program.steps if isinstance(s, LoopKernel)]
+    return collapse_dims(kernel, program.buffers).dims
+
+
+def test_an_update_over_a_narrow_inner_dim_runs_as_one_flat_loop():
+    assert collapsed_dims(hlo("""
+  %w = f32[784,10] parameter(0)
+  %g = f32[784,10] parameter(1)
+  %lr = f32[] constant(0.5)
+  %b = f32[784,10] broadcast(%lr), dimensions={}
+  %step = f32[784,10] multiply(%g, %b)
+  ROOT %new = f32[784,10] subtract(%w, %step)""")) == (7840,)
+
+
+def test_a_broadcast_along_the_inner_dim_keeps_the_dims():
+    assert collapsed_dims(hlo("""
+  %x = f32[7,10] parameter(0)
+  %bias = f32[10] parameter(1)
+  %b = f32[7,10] broadcast(%bias), dimensions={1}
+  ROOT %y = f32[7,10] add(%x, %b)""")) == (7, 10)
+
+
+def test_a_transposed_read_keeps_the_dims():
+    assert collapsed_dims(hlo("""
+  %x = f32[9,10] parameter(0)
+  %t = f32[10,9] transpose(%x), dimensions={1,0}
+  %y = f32[10,9] parameter(1)
+  ROOT %z = f32[10,9] multiply(%t, %y)""")) == (10, 9)
+
+
+@pytest.mark.parametrize("axis, dims", [(0, (3, 35)), (2, (15, 7)), (1, (3, 5, 7))])
+def test_an_index_used_in_arithmetic_keeps_its_dim_and_the_others_merge(axis, dims):
+    # (axis 2: the merged dims come first, so the kept one is renumbered)
+    assert collapsed_dims(hlo(f"""
+  %x = f32[3,5,7] parameter(0)
+  %i = s32[3,5,7] iota(), iota_dimension={axis}
+  %f = f32[3,5,7] convert(%i)
+  ROOT %y = f32[3,5,7] add(%x, %f)""")) == dims
+
+
+def test_a_partly_broadcast_operand_merges_the_dims_it_reads_in_full():
+    assert collapsed_dims(hlo("""
+  %x = f32[4,6,8] parameter(0)
+  %m = f32[6,8] parameter(1)
+  %b = f32[4,6,8] broadcast(%m), dimensions={1,2}
+  ROOT %y = f32[4,6,8] multiply(%x, %b)""")) == (4, 48)
+
+
+def test_unit_dims_stay_apart():
+    assert collapsed_dims(hlo("""
+  %x = f32[2,1,3] parameter(0)
+  ROOT %y = f32[2,1,3] abs(%x)""")) == (2, 1, 3)
+
+
+def test_a_unit_dim_broadcast_by_skipping_its_index_keeps_the_dims():
+    # (XLA allows a broadcast that keeps a unit dim; the renderer reads it by
+    # skipping that index, so merging it would read past the buffer.)
+    module = parse_module(hlo("""
+  %x = f32[7,10] parameter(0)
+  %row = f32[1,10] parameter(1)
+  %b = f32[7,10] broadcast(%row), dimensions={0,1}
+  ROOT %y = f32[7,10] add(%x, %b)"""))
+    program = lower(module)
+    kernel, = [s for s in program.steps if isinstance(s, LoopKernel)]
+    assert collapse_dims(kernel, program.buffers).dims == (7, 10)

@@ -1,0 +1,1 @@
+"""Helpers shared by test modules (no tests here): import them as tests.support.<module>."""
