@@ -9,7 +9,7 @@ On a machine with a CUDA GPU, CuPy with the CUDA libraries
 2. runs the GPU tests, failing rather than skipping them: every structured
    op against the numpy evaluator, in-place variables, CUDA graph replay, and
    the softmax regression and MLP trained through `wrap(backend="gpu")` against
-   plain Keras (tests/test_gpu_runtime.py, marker `gpu`);
+   plain Keras (tests/backends/gpu/test_gpu_runtime.py, marker `gpu`);
 3. says how many of a training step's clusters replay a captured CUDA graph;
 4. benchmarks plain Keras, Keras+XLA and kerasjit on the GPU
    (`python -m kerasjit.bench --backend gpu`), writing OUT/gpu_benchmark.md/.csv.
@@ -71,7 +71,7 @@ def main():
 
     failures = 0
     failures += run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-rs",
-                     "tests/test_gpu_runtime.py"], os.path.join(args.out, "gpu_tests.log"),
+                     "tests/backends/gpu/test_gpu_runtime.py"], os.path.join(args.out, "gpu_tests.log"),
                     KERASJIT_REQUIRE_GPU="1") != 0
     graphs, clusters = graphs_captured()
     print(f"CUDA graphs: {graphs} of {clusters} compiled clusters of the MLP's train step "
