@@ -19,8 +19,6 @@ from .ir import WindowDim
 from .opcodes import ELEMENTWISE, OPCODES, STRUCTURAL
 from .shape import DTYPES
 
-_SINT = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
-
 
 def evaluate(module, args):
     """Run the entry computation on `args` (arrays, in parameter order)."""

@@ -323,6 +323,17 @@ def _pool_kwargs(rng):
     return _maybe(rng, kwargs, 0.4, padding="same")
 
 
+def _conv_layer_kwargs(rng, kind, rank, channels):
+    """Arguments of a convolution layer `kind` of `rank` spatial dims: grouped
+    sometimes (Conv), a depth multiplier sometimes (Separable, Depthwise)."""
+    kwargs = _conv_kwargs(rng, rank, filters=kind != f"DepthwiseConv{rank}D")
+    if kind == f"Conv{rank}D" and chance(rng, 0.15) and channels % 2 == 0:
+        kwargs["groups"], kwargs["filters"] = 2, 2 * int(rng.integers(1, 4))
+    if kind in (f"SeparableConv{rank}D", f"DepthwiseConv{rank}D"):
+        _maybe(rng, kwargs, 0.3, depth_multiplier=2)
+    return kwargs
+
+
 def sequence_layer(rng, shape):
     length, channels = shape
     kind = pick(rng, ("Conv1D", "Conv1D", "Conv1D", "SeparableConv1D", "DepthwiseConv1D",
@@ -331,11 +342,7 @@ def sequence_layer(rng, shape):
                       "ZeroPadding1D", "UpSampling1D", "Permute", "SpatialDropout1D",
                       "Reshape", "SimpleRNN", "LSTM", "GRU", "EinsumDense"))
     if kind in ("Conv1D", "SeparableConv1D", "Conv1DTranspose", "DepthwiseConv1D"):
-        kwargs = _conv_kwargs(rng, 1, filters=kind != "DepthwiseConv1D")
-        if kind == "Conv1D" and chance(rng, 0.15) and channels % 2 == 0:
-            kwargs["groups"], kwargs["filters"] = 2, 2 * int(rng.integers(1, 4))
-        if kind in ("SeparableConv1D", "DepthwiseConv1D"):
-            _maybe(rng, kwargs, 0.3, depth_multiplier=2)
+        kwargs = _conv_layer_kwargs(rng, kind, 1, channels)
         if kind in ("Conv1DTranspose", "DepthwiseConv1D") and kwargs.get("padding") == "causal":
             del kwargs["padding"]         # (Conv1D's alone)
         return Call(f"layers.{kind}", kwargs)
@@ -371,11 +378,7 @@ def image_layer(rng, shape):
                       "UpSampling2D", "ZeroPadding2D", "Cropping2D", "SpatialDropout2D",
                       "Reshape"))
     if kind in ("Conv2D", "SeparableConv2D", "Conv2DTranspose", "DepthwiseConv2D"):
-        kwargs = _conv_kwargs(rng, 2, filters=kind != "DepthwiseConv2D")
-        if kind == "Conv2D" and chance(rng, 0.15) and channels % 2 == 0:
-            kwargs["groups"], kwargs["filters"] = 2, 2 * int(rng.integers(1, 4))
-        if kind in ("SeparableConv2D", "DepthwiseConv2D"):
-            _maybe(rng, kwargs, 0.3, depth_multiplier=2)
+        kwargs = _conv_layer_kwargs(rng, kind, 2, channels)
         return Call(f"layers.{kind}", kwargs)
     if kind in ("MaxPooling2D", "AveragePooling2D"):
         return Call(f"layers.{kind}", _pool_kwargs(rng))

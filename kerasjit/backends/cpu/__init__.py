@@ -10,8 +10,8 @@ import gc
 import math
 import threading
 
-from ...kernels.ir import LoopKernel, Reduce, leaf_steps, walk
 from ...compiler import Backend
+from ...kernels.ir import LoopKernel, Reduce, leaf_steps, walk
 from ...kernels.lower import lower
 from . import cache, engine, parallel, profile, workers
 from .blas import register_blas_symbols

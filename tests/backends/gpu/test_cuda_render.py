@@ -34,6 +34,7 @@ from kerasjit.passes import optimize
 
 from tests.support.cuda_host import HostDevice, Library, tool
 from tests.support.nvrtc import compile_cuda
+from tests.support.outputs import assert_outputs_match
 from tests.support.structured_cases import (DOT_CONV_POOL, LOOP_ONLY, REVERSED_WINDOW,
                                             depthwise_and_grads, rand)
 from tests.support.elementwise_cases import (FLOAT_BINARY, FLOAT_UNARY, INT_BINARY, INT_UNARY,
@@ -324,13 +325,7 @@ def test_kernels_match_evaluator(harness, name):
     # (A convolution's gradients and the GEMMs sum float terms in another order
     # than the evaluator: the CPU backend's tolerance for them.)
     rtol, atol = (1e-4, 1e-4) if name in CONVOLUTIONS or name in GEMMS else (1e-5, 1e-6)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape and g.dtype == w.dtype
-        if w.dtype.kind == "f":
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
-        else:
-            np.testing.assert_array_equal(g, w)
+    assert_outputs_match(got, want, rtol, atol)
 
 
 @pytest.mark.parametrize("name", ["philox_u32", "philox_u64", "philox_u32_carry",
