@@ -304,19 +304,15 @@ def _dot(inst, lhs, rhs):
     return np.matmul(x, y).reshape(batch + free_l + free_r)
 
 
-def _parse_dim_labels(labels):
-    """'b01f_01io->b01f' -> per operand: (outer dim, inner dim, spatial dims)."""
-    lhs, rest = labels.split("_")
-    rhs, out = rest.split("->")
-
-    def dims(s, a, b):
-        spatial = sorted((c, i) for i, c in enumerate(s) if c.isdigit())
-        return s.index(a), s.index(b), [i for _, i in spatial]
-    return dims(lhs, "b", "f"), dims(rhs, "o", "i"), dims(out, "b", "f")
+def _conv_dims(labels):
+    """Per operand: (outer dim, inner dim, spatial dims in order) of DimLabels."""
+    return tuple((p[outer], p[inner], [p[d] for d in range(len(p) - 2)])
+                 for p, (outer, inner) in zip(labels.positions(), (("b", "f"), ("o", "i"),
+                                                                    ("b", "f"))))
 
 
 def _convolution(inst, lhs, rhs):
-    (lb, lf, ls), (ko, ki, ks), (ob, of, os_) = _parse_dim_labels(inst.attrs["dim_labels"])
+    (lb, lf, ls), (ko, ki, ks), (ob, of, os_) = _conv_dims(inst.attrs["dim_labels"])
     window = inst.attrs.get("window") or ()
     groups = inst.attrs.get("feature_group_count", 1)
     batch_groups = inst.attrs.get("batch_group_count", 1)

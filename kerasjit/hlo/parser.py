@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from .attributes import COMPUTATION_ATTRS, INT_ATTRS, INT_LIST_ATTRS
+from .attributes import COMPUTATION_ATTRS, INT_ATTRS, INT_LIST_ATTRS, DimLabels
 from .ir import Computation, Instruction, Module, WindowDim
 from .shape import DTYPES, Shape
 from ..errors import HloParseError
@@ -203,6 +203,8 @@ def _typed_attr(cur, key, computations):
         return _padding_dims(raw)
     if key == "window":
         return _window(raw)
+    if key == "dim_labels":
+        return DimLabels.parse(raw)
     return raw
 
 

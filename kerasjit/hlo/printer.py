@@ -62,7 +62,7 @@ def format_attr(key, value):
         return _format_padding(value)
     if key == "window":
         return _format_window(value)
-    return value
+    return str(value)       # (raw text, or a typed value that prints as its text: DimLabels)
 
 
 def print_instruction(inst, is_root=False, elide_constants_over=None):

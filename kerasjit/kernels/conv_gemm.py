@@ -17,16 +17,6 @@ from .ir import S64, ChunkIndex, ChunkLoop, Const, GemmCall, Index, Load, LoopKe
 PATCH_BUDGET_BYTES = 64 << 20
 
 
-def parse_dim_labels(labels):
-    """'b01f_01io->b01f' -> ({'b': 0, 0: 1, 1: 2, 'f': 3}, ..., ...)."""
-    lhs, rest = labels.split("_")
-    rhs, out = rest.split("->")
-
-    def positions(s):
-        return {int(c) if c.isdigit() else c: i for i, c in enumerate(s)}
-    return positions(lhs), positions(rhs), positions(out)
-
-
 def window_positions(index, window, in_dims, window_index, reverse=True):
     """Operand positions for output `index` and window offsets `window_index`,
     with a validity predicate (None when always valid)."""
@@ -76,7 +66,7 @@ def conv_as_gemm(lw, inst, role):
     if inst.shape.dtype != "f32" or lhs.shape.dtype != "f32" or rhs.shape.dtype != "f32" \
             or a.get("feature_group_count", 1) != 1 or a.get("batch_group_count", 1) != 1:
         return False
-    lhs_l, rhs_l, out_l = parse_dim_labels(a["dim_labels"])
+    lhs_l, rhs_l, out_l = a["dim_labels"].positions()
     window = a["window"]
     spatial = len(window)
     out_dims, lhs_dims, rhs_dims = inst.shape.dims, lhs.shape.dims, rhs.shape.dims

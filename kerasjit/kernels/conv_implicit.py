@@ -10,7 +10,6 @@ dilation are made explicit in a copy of the operand first.
 """
 from ..hlo.shape import row_major_strides
 from . import indexing as ix
-from .conv_gemm import parse_dim_labels
 from .ir import S64, Const, ImplicitGemm, Index, LoopKernel, Op
 
 
@@ -102,7 +101,7 @@ def conv_as_implicit_gemm(lw, inst, role):
             or 0 in inst.shape.dims \
             or 0 in lhs.shape.dims or 0 in rhs.shape.dims:
         return False
-    lhs_l, rhs_l, out_l = parse_dim_labels(a["dim_labels"])
+    lhs_l, rhs_l, out_l = a["dim_labels"].positions()
     spatial = len(window)
     if out_l["f"] != spatial + 1:
         return False

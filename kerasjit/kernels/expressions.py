@@ -9,7 +9,7 @@ the source values of the windows that selected it.
 import numpy as np
 
 from . import indexing as ix
-from .conv_gemm import parse_dim_labels, window_positions
+from .conv_gemm import window_positions
 from .ir import S64, Const, Load, Op, Reduce, ReduceVar, Var
 from ..errors import Unsupported
 
@@ -283,7 +283,7 @@ def _dot(lw, inst, index):
 def _convolution(lw, inst, index):
     a = inst.attrs
     batch_groups = a.get("batch_group_count", 1)
-    lhs_l, rhs_l, out_l = parse_dim_labels(a["dim_labels"])
+    lhs_l, rhs_l, out_l = a["dim_labels"].positions()
     lhs, rhs = (op.shape for op in inst.operands)
     window = a["window"]
     groups = a.get("feature_group_count", 1)

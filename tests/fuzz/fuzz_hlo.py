@@ -1022,7 +1022,7 @@ def _longest_reduction(module):
             longest = max(longest, math.prod(dims[d] for d in inst.attrs["lhs_contracting_dims"]))
         elif inst.opcode == "convolution":      # window elements times input features
             kernel = inst.operands[1].shape
-            outputs = kernel.dims[inst.attrs["dim_labels"].split("_")[1].index("o")]
+            outputs = kernel.dims[inst.attrs["dim_labels"].rhs.index("o")]
             longest = max(longest, kernel.size // outputs)
     return longest
 

@@ -8,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 from kerasjit.frontend.bridge import hlo_module
 from tensorflow.compiler.tf2xla.python import xla
 from kerasjit.hlo import evaluator
+from kerasjit.hlo.attributes import DimLabels
 from kerasjit.hlo.ir import Computation, Instruction, Module, WindowDim
 from kerasjit.hlo.opcodes import OPCODES
 from kerasjit.hlo.shape import Shape
@@ -606,7 +607,8 @@ def test_convolution_window_reversal_and_negative_padding():
     x, k = randn(2, 6, 3), randn(3, 3, 4)                  # b0f, 0io
     window = (WindowDim(size=3, pad_lo=1, pad_hi=-1, rhs_reversal=True),)
     conv = _inst("convolution", "f32", [2, 4, 4], _param(0, "f32", [2, 6, 3]),
-                 _param(1, "f32", [3, 3, 4]), window=window, dim_labels="b0f_0io->b0f")
+                 _param(1, "f32", [3, 3, 4]), window=window,
+                 dim_labels=DimLabels.parse("b0f_0io->b0f"))
     got = evaluator.evaluate(_module(conv), [x, k])
     padded = np.pad(x, [(0, 0), (1, 0), (0, 0)])[:, :6]    # lo 1, hi -1 crops
     flipped = k[::-1]

@@ -106,3 +106,17 @@ ENTRY %e (x: f32[2, 3]) -> f32[2,3] {
         parse_module(text[:text.index('"Neg"}')])
     with pytest.raises(HloParseError, match="unknown element type 'f31'"):
         parse_module(text.replace("f32[2, 3]{1,0}", "f31[2,3]"))
+
+
+def test_dim_labels_are_parsed_once_into_positions_and_print_back():
+    module = parse_module("""HloModule c
+ENTRY %e (x: f32[2,5,6,3], k: f32[3,3,3,4]) -> f32[2,3,4,4] {
+  %x = f32[2,5,6,3] parameter(0)
+  %k = f32[3,3,3,4] parameter(1)
+  ROOT %c = f32[2,3,4,4] convolution(f32[2,5,6,3] %x, f32[3,3,3,4] %k), window={size=3x3}, dim_labels=b01f_01io->b01f
+}
+""")
+    labels = module.entry.root.attrs["dim_labels"]
+    assert labels.positions() == ({"b": 0, 0: 1, 1: 2, "f": 3}, {0: 0, 1: 1, "i": 2, "o": 3},
+                                  {"b": 0, 0: 1, 1: 2, "f": 3})
+    assert "dim_labels=b01f_01io->b01f" in print_module(module)
