@@ -17,6 +17,7 @@ import numpy as np
 from .elementwise import UINT, out_dtype
 from .ir import WindowDim
 from .opcodes import ELEMENTWISE, OPCODES, STRUCTURAL
+from .philox import philox4x32
 from .shape import DTYPES
 
 
@@ -475,21 +476,16 @@ def _sort(inst, *xs):
 
 # ----------------------------------------------------------------- random
 
-_PHILOX_M = (np.uint64(0xD2511F53), np.uint64(0xCD9E8D57))
-_PHILOX_W = (0x9E3779B9, 0xBB67AE85)
-
-
 def _philox4x32(counters, key):
     """Philox-4x32-10 of counters [n, 4] (u32 words in u64) under key (k0, k1)."""
-    c = [counters[:, i] for i in range(4)]
-    k0, k1 = key
     mask, s32 = np.uint64(0xFFFFFFFF), np.uint64(32)
-    for _ in range(10):
-        p0, p1 = c[0] * _PHILOX_M[0], c[2] * _PHILOX_M[1]
-        c = [(p1 >> s32) ^ c[1] ^ np.uint64(k0), p1 & mask,
-             (p0 >> s32) ^ c[3] ^ np.uint64(k1), p0 & mask]
-        k0, k1 = (k0 + _PHILOX_W[0]) & 0xFFFFFFFF, (k1 + _PHILOX_W[1]) & 0xFFFFFFFF
-    return np.stack(c, axis=1).astype(np.uint32)
+
+    def mul_hi_lo(word, multiplier):
+        product = word * np.uint64(multiplier)
+        return product >> s32, product & mask
+    words = philox4x32([counters[:, i] for i in range(4)], [np.uint64(k) for k in key],
+                       mul_hi_lo, np.bitwise_xor, lambda k, step: (k + np.uint64(step)) & mask)
+    return np.stack(words, axis=1).astype(np.uint32)
 
 
 def _split_u64(x):

@@ -8,13 +8,12 @@ the source values of the windows that selected it.
 """
 import numpy as np
 
+from ..errors import Unsupported
+from ..hlo.philox import philox4x32
 from . import indexing as ix
 from .conv_gemm import window_positions
 from .ir import S64, Const, Load, Op, Reduce, ReduceVar, Var
-from ..errors import Unsupported
 
-_PHILOX_M = (0xD2511F53, 0xCD9E8D57)
-_PHILOX_W = (0x9E3779B9, 0xBB67AE85)
 
 
 def op_of(inst, args):
@@ -338,17 +337,11 @@ def _u32(e):
 
 def _philox(counter, key):
     """Philox-4x32-10 on u32 Exprs (4 counter words, 2 key words): 4 u32 words."""
-    c, k = list(counter), list(key)
-    for _ in range(10):
-        products = [Op("u64", "multiply", (Op("u64", "convert", (c[j],)), Const("u64", m)))
-                    for j, m in ((0, _PHILOX_M[0]), (2, _PHILOX_M[1]))]
-        hi = [_u32(Op("u64", "shift-right-logical", (p, Const("u64", 32)))) for p in products]
-        lo = [_u32(p) for p in products]
-        c = [Op("u32", "xor", (Op("u32", "xor", (hi[1], c[1])), k[0])), lo[1],
-             Op("u32", "xor", (Op("u32", "xor", (hi[0], c[3])), k[1])), lo[0]]
-        k = [Op("u32", "add", (k[0], Const("u32", _PHILOX_W[0]))),
-             Op("u32", "add", (k[1], Const("u32", _PHILOX_W[1])))]
-    return c
+    def mul_hi_lo(word, multiplier):
+        product = Op("u64", "multiply", (Op("u64", "convert", (word,)), Const("u64", multiplier)))
+        return _u32(Op("u64", "shift-right-logical", (product, Const("u64", 32)))), _u32(product)
+    return philox4x32(counter, key, mul_hi_lo, lambda a, b: Op("u32", "xor", (a, b)),
+                      lambda k, step: Op("u32", "add", (k, Const("u32", step))))
 
 
 def _rng(lw, inst, index, which):
