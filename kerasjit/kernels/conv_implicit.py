@@ -40,7 +40,7 @@ def _in_place(lw, inst):
 def _read(lw, inst, index, at):
     """`inst` at `at` in a copying kernel over `index`: a load, or its producers
     computed in place (a reshape or reverse becomes index arithmetic)."""
-    return lw._in_kernel(tuple(index), {}, lambda: lw._load_or_expr(inst, tuple(at)))
+    return lw.in_kernel(tuple(index), {}, lambda: lw.value_at(inst, tuple(at)))
 
 
 def _padded(lw, inst, lhs, lhs_l, window):

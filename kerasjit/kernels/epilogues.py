@@ -6,7 +6,7 @@ reader of the convolution's output and reads it only at its own row-major
 position, the implicit GEMM applies the loop's expression to each block of
 rows while still in cache, and the loop and the GEMM's own buffer go.
 """
-from .ir import S64, ImplicitGemm, Index, Load, LoopKernel, map_nodes, walk
+from .ir import S64, FusionDecision, ImplicitGemm, Index, Load, LoopKernel, map_nodes, walk
 from .storage import loaded, touched, writes
 
 
@@ -24,9 +24,9 @@ def fuse_epilogues(program):
             here = Load("f32", result, tuple(Index(S64, d) for d in range(len(kernel.dims))))
             step.epilogue = map_nodes(expr, Load, lambda load: here
                                       if load.buffer == step.out else load, {})
-            program.decisions.append((step.name.removeprefix("igemm_"),
-                                      (kernel.fused or [kernel.name])[-1],
-                                      "fused: the implicit GEMM's epilogue"))
+            program.decisions.append(FusionDecision(step.name.removeprefix("igemm_"),
+                                                    (kernel.fused or [kernel.name])[-1],
+                                                    "fused: the implicit GEMM's epilogue"))
             program.buffers[step.out].role = "unused"
             step.out = result
         i += 1

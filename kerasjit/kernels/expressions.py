@@ -423,7 +423,7 @@ def _select_and_scatter(lw, inst, index):
         covers = ix.both(covers, ok)
     selected = ix.both(covers, ix.compare(_selected_offset(lw, inst, starts),
                                           ix.linearize(offsets, sizes), "EQ"))
-    src = lw._load_or_expr(source, tuple(starts))
+    src = lw.value_at(source, tuple(starts))
     s_accs, s_curs, (scattered,) = lw.combiner(inst.attrs["scatter"], 1)
     start = lw.operand(inst, 2, ())
     dtype = operand.shape.dtype
@@ -442,7 +442,7 @@ def _selected_offset(lw, inst, starts):
     operand, window = inst.operands[0], inst.attrs["window"]
     inner = lw.key(inst, "select")
     valid, positions = _window_positions(starts, window, operand.shape.dims, inner)
-    value = lw._load_or_expr(operand, tuple(positions))
+    value = lw.value_at(operand, tuple(positions))
     flat = ix.linearize([ReduceVar(S64, inner, d) for d in range(len(window))],
                         [w.size for w in window])
     dtype = operand.shape.dtype

@@ -11,6 +11,7 @@ transpose, reshape, slice, pad and concatenate are just indexing. Renderers
 import itertools
 import math
 from dataclasses import dataclass, field, fields, replace
+from typing import NamedTuple
 
 from ..hlo.shape import DTYPES
 
@@ -225,6 +226,13 @@ class ChunkLoop:
     steps: list
 
 
+class FusionDecision(NamedTuple):
+    """Whether HLO value `producer` is inlined into `consumer` ("fused"), or why not."""
+    producer: str
+    consumer: str
+    reason: str
+
+
 @dataclass
 class KernelProgram:
     """What a backend compiles: buffers and the steps that fill them, in order."""
@@ -232,7 +240,7 @@ class KernelProgram:
     steps: list           # LoopKernel | GemmCall | ImplicitGemm | ChunkLoop
     params: list          # buffer id per entry parameter
     outputs: list         # buffer id per flat output
-    decisions: list = field(default_factory=list)  # (producer, consumer, "fused" or reason)
+    decisions: list = field(default_factory=list)  # FusionDecision per HLO edge
     storage: dict = field(default_factory=dict)    # temp buffer id -> memory slot
     slot_bytes: list = field(default_factory=list)  # size of each memory slot
     aliases: dict = field(default_factory=dict)     # output index -> parameter index whose

@@ -1,9 +1,9 @@
 """HLO Module -> KernelProgram: decide fusion, then build each kernel's expressions.
 
-Fusion is decided per (producer, consumer) edge and recorded with its reason:
-a producer is inlined into its consumer's expression unless it must be
-materialised (a reduction or opaque op, several users of a costly value, a
-costly value a broadcast would recompute per output element). A materialised
+Fusion is decided per (producer, consumer) edge and recorded with its reason
+(fusion.py). The builders of each opcode's expression (expressions.py,
+conv_implicit.py) read operands through this lowering's public context:
+value_at, operand, in_kernel, key, combiner, materialized, temp. A materialised
 value joins a recent loop of its shape as one more store where everything it
 reads is ready before that loop (multi-output fusion: an optimizer's m, v and
 w updates of one weight are one pass over memory, though other weights'
@@ -13,13 +13,13 @@ import dataclasses
 
 from ..errors import Unsupported
 from ..hlo.gemm import dot_layout
-from ..hlo.opcodes import BROADCAST, ELEMENTWISE, FREE, OPAQUE, OPCODES, REDUCE
+from ..hlo.opcodes import ELEMENTWISE
 from .aliasing import alias_donated
 from .conv_gemm import conv_as_gemm
 from .conv_implicit import conv_as_implicit_gemm
 from .epilogues import fuse_epilogues
-from .expressions import (EXPRESSIONS, disjoint_windows, elementwise, op_of,
-                          scatter_update)
+from .expressions import EXPRESSIONS, elementwise, op_of, scatter_update
+from .fusion import fusion_decisions, materialize_reason, roots_a_kernel
 from .ir import (S64, Buffer, Const, GemmCall, Index, KernelProgram, Load, LoopKernel,
                  ScatterKernel, Var, walk)
 from .storage import assign_storage, writes
@@ -33,10 +33,6 @@ _LOOKBACK = 8
 class _NotInKernel(Exception):
     """The value cannot be computed in this kernel (a value of the kernel is
     needed at another index, or a buffer is written only at or after it)."""
-
-
-def _is_tuple_producer(inst):
-    return inst.shape.is_tuple and inst.opcode != "tuple"
 
 
 def lower(module, donate=None, implicit_gemm=False):
@@ -65,39 +61,13 @@ class _Lowering:
         self.memo = {}            # (instruction, index ids, horizon) -> (index, Expr)
         self.keys = {}            # id(reduce instruction) -> small int key
 
-    # ---------------------------------------------------------------- decisions
-    def _must_materialize(self, inst):
-        """None if `inst` can be inlined into each user, else the reason."""
-        if inst.opcode == "parameter":
-            return "parameter"
-        if inst.opcode == "constant":
-            return None if inst.shape.rank == 0 else "constant array"
-        if inst.opcode in ("tuple", "rng-bit-generator") or _is_tuple_producer(inst):
-            return None           # virtual: their get-tuple-elements are the values
-        if inst.opcode == "get-tuple-element" and inst.operands[0].opcode != "rng-bit-generator":
-            return "result of a multi-output reduction"
-        if self._is_reduction(inst):
-            return f"{inst.opcode} is a kernel root (its operands fuse into it)"
-        users = self.users[inst]
-        if inst.shape.rank == 0:
-            return None           # scalars: LLVM hoists them out of the loops they feed
-        if len(users) > 1 and OPCODES[inst.opcode].cost != FREE:
-            return f"{len(users)} users would each recompute it"
-        if users and users[0].kind == BROADCAST and OPCODES[inst.opcode].cost != FREE \
-                and inst.shape.size < users[0].shape.size:
-            return "a broadcast would recompute it per output element"
-        return None
-
     def run(self):
         root = self.comp.root
         outputs = list(root.operands) if root.opcode == "tuple" else [root]
         if any(o.shape.is_tuple for o in outputs):
             raise Unsupported("nested tuple outputs")
-        materialized = {i: self._must_materialize(i) for i in self.order}
-        for inst in self.order:
-            for op in inst.operands:
-                if op.opcode not in ("parameter", "constant", "tuple"):
-                    self.decisions.append((op.name, inst.name, materialized[op] or "fused"))
+        materialized = {i: materialize_reason(i, self.users[i]) for i in self.order}
+        self.decisions = fusion_decisions(self.order, materialized)
         params = [self.buffer_for(p, "param") for p in self.comp.parameters]
         for inst in self.order:     # (an output that is a constant is copied from one)
             if inst.opcode == "constant" and (materialized[inst] or inst in outputs):
@@ -128,7 +98,7 @@ class _Lowering:
         self.buffers.append(buf)
         index = tuple(Index(S64, d) for d in range(inst.shape.rank))
         self.steps.append(LoopKernel(f"copy_{inst.name}", inst.shape.dims,
-                                     [(buf.id, self._load_or_expr(inst, index))]))
+                                     [(buf.id, self.value_at(inst, index))]))
         return buf.id
 
     def materialized(self, inst):
@@ -160,7 +130,7 @@ class _Lowering:
             return
         # Reductions keep a kernel to themselves: alone, the renderer can run
         # their rows along contiguous memory; loop outputs share a pass instead.
-        if not self._is_reduction(inst):
+        if not roots_a_kernel(inst):
             for pos in range(len(self.steps) - 1, max(len(self.steps) - _LOOKBACK, 0) - 1, -1):
                 kernel = self.steps[pos]      # the latest valid loop wins
                 if isinstance(kernel, LoopKernel) and kernel.dims == inst.shape.dims \
@@ -175,7 +145,7 @@ class _Lowering:
         values[inst] = value
         kernel = LoopKernel(f"k{len(self.steps)}_{inst.opcode}", inst.shape.dims,
                             [(self.buffer_for(inst, role), value)], [inst.name],
-                            reduction=self._is_reduction(inst))
+                            reduction=roots_a_kernel(inst))
         self.kernel_state[id(kernel)] = (index, values)
         self.steps.append(kernel)
 
@@ -183,12 +153,12 @@ class _Lowering:
         """The operand copied to the result, then the updates applied in order."""
         out = self.buffer_for(inst, role)
         index = self._loop_index(inst.shape.rank)
-        start = self._in_kernel(index, {}, lambda: self.operand(inst, 0, index))
+        start = self.in_kernel(index, {}, lambda: self.operand(inst, 0, index))
         self.steps.append(LoopKernel(f"k{len(self.steps)}_scatter_operand", inst.shape.dims,
                                      [(out, start)]))
         updates = inst.operands[2].shape.dims
         index = self._loop_index(len(updates))
-        target, value, update, fits, adds = self._in_kernel(
+        target, value, update, fits, adds = self.in_kernel(
             index, {}, lambda: scatter_update(self, inst, index, out))
         self.steps.append(ScatterKernel(f"k{len(self.steps)}_scatter", updates, [(out, value)],
                                         [inst.name], reduction=True, target=target,
@@ -222,10 +192,10 @@ class _Lowering:
 
     def _expr_in(self, inst, index, values, unready=None, horizon=None):
         """`inst`'s Expr at `index` in a kernel holding `values`."""
-        return self._in_kernel(index, values, lambda: self._compute(inst, index),
+        return self.in_kernel(index, values, lambda: self._compute(inst, index),
                                unready, horizon)
 
-    def _in_kernel(self, index, values, build, unready=None, horizon=None):
+    def in_kernel(self, index, values, build, unready=None, horizon=None):
         """build() in the context of a kernel holding `values` at `index`; restores
         the previous kernel context afterwards (success or not) so builds do not
         leak into each other."""
@@ -237,17 +207,9 @@ class _Lowering:
         finally:
             self.kernel_values, self.loop_index, self.unready, self.horizon = saved
 
-    @staticmethod
-    def _is_reduction(inst):
-        """Whether `inst` roots a kernel of its own: a reduction or an opaque op,
-        but not a pooling gradient over disjoint windows (elementwise-like: it
-        fuses into its consumer, the activation's gradient) nor random bits."""
-        source = inst.operands[0] if inst.opcode == "get-tuple-element" else inst
-        if source.opcode == "select-and-scatter":
-            return not disjoint_windows(source)
-        return source.kind in (REDUCE, OPAQUE) and source.opcode != "rng-bit-generator"
-
-    def _load_or_expr(self, inst, index):
+    def value_at(self, inst, index):
+        """`inst` at `index` in the kernel being built: its expression there, a
+        load of its buffer, or a constant."""
         if inst in self.kernel_values:
             if index != self.loop_index:
                 raise _NotInKernel()
@@ -257,7 +219,7 @@ class _Lowering:
             # Joining an earlier kernel: this buffer is written only after it runs.
             # A scalar that is no reduction is cheap to compute again in place
             # (Adam's step count feeding the bias correction); anything else is not.
-            if inst.shape.rank or self._is_reduction(inst):
+            if inst.shape.rank or roots_a_kernel(inst):
                 raise _NotInKernel()
             bid = None
         if bid is not None:
@@ -280,7 +242,7 @@ class _Lowering:
         return impl(self, inst, index)
 
     def operand(self, inst, i, index):
-        return self._load_or_expr(inst.operands[i], tuple(index))
+        return self.value_at(inst.operands[i], tuple(index))
 
     def key(self, inst, role=""):
         """A small int naming one reduction loop (per instruction and role)."""

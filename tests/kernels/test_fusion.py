@@ -237,3 +237,20 @@ def test_a_pooling_gradient_fuses_into_the_activation_gradient_where_windows_are
     loops = [s for s in program.steps if isinstance(s, LoopKernel)]
     assert len(loops) == (1 if fused else 2), [loop.fused for loop in loops]
     assert any(b.name == "pool_grad" for b in program.buffers) != fused
+
+
+def test_each_edge_has_a_fusion_decision_with_its_reason():
+    module = parse_module("""HloModule d
+ENTRY %e (x: f32[64], b: f32[]) -> (f32[64], f32[64]) {
+  %x = f32[64] parameter(0)
+  %b = f32[] parameter(1)
+  %e = f32[64] exponential(f32[64] %x)
+  %n = f32[64] negate(f32[64] %x)
+  %s = f32[64] add(f32[64] %e, f32[64] %n)
+  %m = f32[64] multiply(f32[64] %e, f32[64] %n)
+  ROOT %t = (f32[64], f32[64]) tuple(f32[64] %s, f32[64] %m)
+}
+""")
+    decisions = {(d.producer, d.consumer): d.reason for d in lower(module).decisions}
+    assert decisions[("e", "s")] == decisions[("e", "m")] == "2 users would each recompute it"
+    assert decisions[("n", "s")] == decisions[("n", "m")] == "fused"     # (negate: free)

@@ -24,7 +24,7 @@ import numpy as np
 
 from ...hlo import print_module
 from ...hlo.shape import DTYPES
-from ...kernels.ir import Buffer, KernelProgram
+from ...kernels.ir import Buffer, FusionDecision, KernelProgram
 
 FORMAT = 4     # bump when what an entry holds changes
 MAGIC = b"kerasjit-cache"
@@ -246,7 +246,7 @@ def _decode(data, key):
     buffers = [Buffer(b["id"], b["dtype"], tuple(b["dims"]), b["role"], constant(b), b["name"])
                for b in plain["buffers"]]
     program = KernelProgram(buffers, [], plain["params"], plain["outputs"],
-                            [tuple(d) for d in plain["decisions"]], dict(plain["storage"]),
+                            [FusionDecision(*d) for d in plain["decisions"]], dict(plain["storage"]),
                             plain["slot_bytes"], dict(plain["aliases"]))
     return {"program": program, "objects": [bytes(blobs[i]) for i in header["objects"]],
             "entry": header["entry"], "kernels": [tuple(k) for k in header["kernels"]],
