@@ -27,3 +27,7 @@ class GpuUnavailable(RuntimeError):
 
 class DeviceCompilerError(RuntimeError):
     """A device's own compiler (NVRTC) rejected generated code; names the kernel."""
+
+
+class KernelVerifyError(ValueError):
+    """A kernel program that breaks an invariant of the kernel IR (names the step)."""

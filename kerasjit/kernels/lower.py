@@ -10,6 +10,8 @@ w updates of one weight are one pass over memory, though other weights'
 updates come between them in post-order).
 """
 import dataclasses
+import functools
+import os
 
 from ..errors import Unsupported
 from ..hlo.gemm import dot_layout
@@ -23,6 +25,7 @@ from .fusion import fusion_decisions, materialize_reason, roots_a_kernel
 from .ir import (S64, Buffer, Const, GemmCall, Index, KernelProgram, Load, LoopKernel,
                  ScatterKernel, Var, walk)
 from .storage import assign_storage, writes
+from .verifier import verify_kernels
 
 # How many steps back a value looks for a loop to join. Each try builds its
 # expression again, and a join further back keeps a temporary alive longer;
@@ -35,12 +38,28 @@ class _NotInKernel(Exception):
     needed at another index, or a buffer is written only at or after it)."""
 
 
-def lower(module, donate=None, implicit_gemm=False):
+def lower(module, donate=None, implicit_gemm=False, verify=None):
     """The KernelProgram of `module`; donate: {parameter index: output index} pairs
     the caller lets share memory (aliasing.py); implicit_gemm: the backend runs
-    ImplicitGemm steps, which convolutions then become (else patches + GEMM)."""
-    program = alias_donated(_Lowering(module, implicit_gemm).run(), donate)
-    return assign_storage(fuse_epilogues(program) if implicit_gemm else program)
+    ImplicitGemm steps, which convolutions then become (else patches + GEMM).
+    verify: run the kernel-IR verifier after lowering and each kernel pass
+    (default: with KERASJIT_DEBUG=1)."""
+    if verify is None:
+        verify = bool(os.environ.get("KERASJIT_DEBUG"))
+    check = verify_kernels if verify else (lambda program: None)
+    program = _Lowering(module, implicit_gemm).run()
+    check(program)
+    for kernel_pass in kernel_passes(donate, implicit_gemm):
+        program = kernel_pass(program)
+        check(program)
+    return program
+
+
+def kernel_passes(donate=None, implicit_gemm=False):
+    """The kernel-IR passes after lowering, in order."""
+    return [functools.partial(alias_donated, donate=donate),
+            *([fuse_epilogues] if implicit_gemm else []),
+            assign_storage]
 
 
 class _Lowering:

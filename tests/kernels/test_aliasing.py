@@ -9,15 +9,9 @@ from kerasjit.backends.cpu import BACKEND
 from kerasjit.hlo import parse_module
 from kerasjit.hlo.evaluator import evaluate
 
-from tests.support.hlo_text import hlo
+from tests.support.hlo_text import SUM, hlo
 
 pytestmark = pytest.mark.tensorflow_reference
-
-SUM = """%sum (a: f32[], b: f32[]) -> f32[] {
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %s = f32[] add(%a, %b)
-}"""
 
 # w' = w - 0.1 g, stored with a second output that also reads w at each element,
 # and a later reduction that reads w' (which then lives in w's buffer).

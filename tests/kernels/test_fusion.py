@@ -12,41 +12,13 @@ import pytest
 import kerasjit
 from kerasjit import workloads
 from kerasjit.hlo import parse_module
-from kerasjit.kernels.ir import ChunkLoop, GemmCall, Load, LoopKernel, walk
+from kerasjit.kernels.ir import LoopKernel
 from kerasjit.kernels.lower import lower
+from kerasjit.kernels.verifier import verify_kernels
 
 from tests.support.cpu_check import check
 from tests.support.dtype_values import values
-from tests.support.hlo_text import hlo
-
-SUM = """%sum (a: f32[], b: f32[]) -> f32[] {
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %s = f32[] add(%a, %b)
-}"""
-
-
-def assert_reads_are_ready(program):
-    """Every step reads only parameters, constants and what earlier steps wrote,
-    and no loop kernel reads memory it writes (its buffers are noalias)."""
-    written = {b.id for b in program.buffers if b.role in ("param", "constant")}
-    slot = program.storage.get
-
-    def visit(steps):
-        for step in steps:
-            if isinstance(step, ChunkLoop):
-                visit(step.steps)
-                continue
-            if isinstance(step, GemmCall):
-                reads, writes = {step.lhs, step.rhs}, {step.out}
-            else:
-                reads = {n.buffer for _, e in step.stores for n in walk(e) if isinstance(n, Load)}
-                writes = {bid for bid, _ in step.stores}
-            assert reads <= written, (step.name, reads - written)
-            shared = {slot(b) for b in reads} & {slot(b) for b in writes} - {None}
-            assert not shared, (step.name, shared)
-            written.update(writes)
-    visit(program.steps)
+from tests.support.hlo_text import SUM, hlo
 
 
 def kernel_of(program, name):
@@ -63,7 +35,7 @@ def compiled_and_lowered(module, args, **tolerance):
     was compiled (the backend optimises it in place; executables keep no steps)."""
     check(module, args, **tolerance)
     program = lower(module)
-    assert_reads_are_ready(program)
+    verify_kernels(program)
     return program
 
 
@@ -84,7 +56,7 @@ def test_adam_updates_of_each_weight_matrix_are_one_loop(mlp_module):
     module, executable = mlp_module
     program = lower(module)
     assert len(program.buffers) == len(executable.program.buffers)   # the program it runs
-    assert_reads_are_ready(program)
+    verify_kernels(program)
     for dims in [(784, 256), (256, 10)]:
         updates = {bid for bid in program.outputs if program.buffers[bid].dims == dims}
         assert len(updates) == 3                       # m, v and the new weight

@@ -1,6 +1,6 @@
 """The CPU backend: HLO passes -> fused kernels -> LLVM (llvmlite) -> one native call per cluster.
 
-KERASJIT_DEBUG=1 runs the HLO verifier after every pass; KERASJIT_DUMP_DIR=path
+KERASJIT_DEBUG=1 runs the HLO and kernel-IR verifiers after every pass; KERASJIT_DUMP_DIR=path
 writes the module after each pass there; KERASJIT_PROFILE_KERNELS=1 times every
 kernel (kerasjit.kernel_profile()).
 """
