@@ -47,8 +47,9 @@ ENTRY %main (clamp.35: f32[]) -> f32[] {
   ROOT %dot.36 = f32[] dot(f32[] %c.32, f32[] %clamp.35), lhs_contracting_dims={}, rhs_contracting_dims={}
 }
 """, [np.float32(3.5)]),
-    # LLVM's loop vectoriser (assertions on, as llvmlite ships it) aborted the
-    # process on some loops of 3 to 15 iterations: short loops are not vectorised.
+    # LLVM's loop vectoriser (assertions on, as llvmlite ships it) aborts the
+    # process on some loops of 3 to 15 iterations: LLVM runs in compile
+    # workers, and a part whose worker died is compiled here without it.
     "short_loop_vectoriser_abort": ("""HloModule fuzz
 ENTRY %main (c: pred[1,5], p1: pred[1,5]) -> pred[1,5] {
   %c = pred[1,5]{1,0} parameter(0)

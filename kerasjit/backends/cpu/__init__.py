@@ -64,13 +64,13 @@ def _interruptibly(fn):
 
 
 def _object_code(llvm_ir, name, unroll):
-    """The object code of program `name`'s module: in parts, compiled side by
-    side on the compile workers, where it is long enough."""
-    def here(text):
-        return _interruptibly(lambda: engine.object_code(engine.optimize(text, unroll)))
-    if len(llvm_ir) < SPLIT_FROM_CHARS:
-        return [here(llvm_ir)]
-    texts = split_module(llvm_ir, f"{name}_", f"{name}_entry", workers.pool.parallelism())
+    """The object code of program `name`'s module, compiled by the compile
+    workers (in parts, side by side, where it is long enough)."""
+    def here(text):     # (no worker took it, or its worker died: LLVM aborted there)
+        return _interruptibly(lambda: engine.object_code(
+            engine.optimize(text, unroll, loop_vectorize=False)))
+    texts = [llvm_ir] if len(llvm_ir) < SPLIT_FROM_CHARS else split_module(
+        llvm_ir, f"{name}_", f"{name}_entry", workers.pool.parallelism())
     return workers.pool.compile(texts, unroll, here)
 
 

@@ -43,15 +43,17 @@ def vector_lanes():
     return 8 if features.get("avx") else 4
 
 
-def optimize(llvm_ir, unroll=True):
+def optimize(llvm_ir, unroll=True, loop_vectorize=True):
     """Textual LLVM IR -> optimised ModuleRef (O3, vectorisers on). Without
     `unroll`, loops are vectorised but not unrolled: for short loops unrolling
-    gains nothing and costs optimiser time (reports/tuning-measurements.md)."""
+    gains nothing and costs optimiser time (reports/tuning-measurements.md).
+    Without `loop_vectorize`, only the SLP vectoriser runs: slower code, but
+    none of the loop vectoriser's assertions, which abort the process."""
     state = _jit()
     module = llvm.parse_assembly(str(llvm_ir))
     module.verify()
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-    tuning.loop_vectorization = True
+    tuning.loop_vectorization = loop_vectorize
     tuning.slp_vectorization = True
     tuning.loop_unrolling = unroll
     builder = llvm.create_pass_builder(state["machine"], tuning)

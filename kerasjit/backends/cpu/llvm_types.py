@@ -47,14 +47,6 @@ PTR = ir.PointerType()
 _LOOP_SELF = "kerasjit.loop.self"
 
 
-# Below this trip count LLVM's loop vectoriser gains nothing (its own
-# minimum is 16) and, as llvmlite 0.50 ships it with assertions on, aborts
-# the process on some loops ("VPlan cost model and legacy cost model
-# disagreed"; 3 to 15 iterations of i1 selects or s32 divisions on AVX-512).
-# SLP vectorisation of the unrolled body still applies.
-SHORT_LOOP = 16
-
-
 def counted_loop(b, fn, extent, body, unroll=True):
     """for (i = 0; i < extent; ++i) body(i), at the builder's position; without
     `unroll`, LLVM leaves the loop as it is (hand-blocked code, whose body is
@@ -70,21 +62,17 @@ def counted_loop(b, fn, extent, body, unroll=True):
     nxt = b.add(i, ir.Constant(I64, 1))
     i.add_incoming(nxt, b.block)
     latch = b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I64, extent)), head, done)
-    _loop_hints(latch, unroll=unroll, vectorize=extent >= SHORT_LOOP)
+    if not unroll:
+        _no_unroll(latch)
     b.position_at_end(done)
 
 
-def _loop_hints(latch, unroll=True, vectorize=True):
-    """Loop metadata on a loop's latch branch: what LLVM must not do to it."""
+def _no_unroll(latch):
+    """Loop metadata on a loop's latch branch: LLVM does not unroll it."""
     module = latch.function.module
-    hints = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
-             ] if not unroll else []
-    if not vectorize:
-        hints.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
-                                          ir.Constant(I1, 0)]))
-    if hints:
-        latch.set_metadata("llvm.loop", module.add_metadata(
-            [ir.MetaDataString(module, _LOOP_SELF)] + hints))
+    latch.set_metadata("llvm.loop", module.add_metadata([
+        ir.MetaDataString(module, _LOOP_SELF),
+        module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])]))
 
 
 def self_referential_loops(text):
@@ -108,7 +96,8 @@ def run_time_loop(b, fn, lo, hi, body, unroll=True):
     body(i)
     i.add_incoming(b.add(i, ir.Constant(I64, 1)), b.block)
     latch = b.branch(head)
-    _loop_hints(latch, unroll=unroll)
+    if not unroll:
+        _no_unroll(latch)
     b.position_at_end(done)
 
 

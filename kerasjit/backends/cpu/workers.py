@@ -1,12 +1,15 @@
-"""Processes that compile LLVM modules while this one compiles its own part.
+"""Processes that compile LLVM modules, one part each, while this one waits.
 
-llvmlite runs every LLVM call under one process-wide lock, so only another
-process can put a second core to work. A worker is this file run by path, so
-it loads llvmlite and engine.py alone, not TensorFlow. It reads (LLVM IR,
-unroll) on stdin and writes the object code or the error on stdout, as
-length-prefixed pickles. Workers start with the first split module and end
-with this process. A failed worker costs time, not the compile: its part is
-compiled here.
+Two reasons: llvmlite runs every LLVM call under one process-wide lock, so
+only other processes can put more cores to work; and LLVM as llvmlite ships
+it has its assertions on, and a failed one aborts the process it runs in (its
+loop vectoriser's cost models disagree on some short loops), which must not
+be the training process. A worker is this file run by path, so it loads
+llvmlite and engine.py alone, not TensorFlow. It reads (LLVM IR, unroll) on
+stdin and writes the object code or the error on stdout, as length-prefixed
+pickles. Workers start with the first compile and end with this process. A
+failed worker costs time, not the compile: its part is compiled here, by the
+caller's fallback.
 """
 import atexit
 import importlib.util
@@ -92,9 +95,9 @@ class Worker:
 
 
 class Pool:
-    """Up to `size` workers, started with the first module split; one compile
-    at a time. A worker that dies, or whose reply went unread (this process's
-    own part failed, or was interrupted), is replaced, `size` times at most."""
+    """Up to `size` workers, started with the first compile; one compile at a
+    time. A worker that dies, or whose reply went unread (the compile failed
+    or was interrupted), is replaced, `size` times at most."""
 
     def __init__(self, size):
         self.size, self.workers = size, []
@@ -120,10 +123,10 @@ class Pool:
             self.exit_hook = True
 
     def parallelism(self):
-        """How many modules compile at once: the workers and this process."""
+        """How many modules compile at once: one per worker (one, here, without)."""
         with self.lock:
             self._start()
-            return len(self._usable()) + 1
+            return max(len(self._usable()), 1)
 
     def _usable(self):
         # A forked child shares its parent's pipes: its requests would mix
@@ -131,28 +134,32 @@ class Pool:
         return self.workers if os.getpid() == self.owner else []
 
     def compile(self, texts, unroll, compile_here):
-        """Object code of each module text: the first compiled here by
-        `compile_here(text)` while the workers compile the others (or here,
-        where no worker takes one)."""
+        """Object code of each module text, compiled by the workers, a text
+        each at a time; by `compile_here(text)` where no worker takes it, its
+        worker died (an LLVM abort), or LLVM refused it (raised here again)."""
         with self.lock:
             self._start()
-            sent = dict(zip(range(1, len(texts)), self._usable()))
-            for i, worker in sent.items():
-                worker.submit(texts[i], unroll)
-            objects = []
+            objects, pending, sent = [None] * len(texts), list(range(len(texts))), {}
             try:
-                objects.append(compile_here(texts[0]))
-                for i in range(1, len(texts)):
-                    worker = sent.pop(i, None)
-                    try:
-                        if worker is not None:
-                            objects.append(worker.result())
-                            continue
-                    except WorkerError:   # LLVM's verdict: here it raises it again
-                        pass
-                    except (EOFError, OSError, pickle.UnpicklingError):
-                        self._drop(worker)
-                    objects.append(compile_here(texts[i]))
+                while pending:
+                    for worker in self._usable():
+                        if pending and worker not in sent.values():
+                            sent[pending[0]] = worker
+                            worker.submit(texts[pending.pop(0)], unroll)
+                    if not sent:                   # no worker at all
+                        i = pending.pop(0)
+                        objects[i] = compile_here(texts[i])
+                        continue
+                    for i, worker in sorted(sent.items()):
+                        try:
+                            objects[i] = worker.result()
+                        except WorkerError:   # LLVM's verdict: here it raises it again
+                            pass
+                        except (EOFError, OSError, pickle.UnpicklingError):
+                            self._drop(worker)
+                        del sent[i]
+                        if objects[i] is None:
+                            objects[i] = compile_here(texts[i])
             finally:       # its reply would answer the next request; its work is unwanted
                 for worker in sent.values():
                     self._drop(worker, grace=0)
@@ -171,10 +178,10 @@ class Pool:
 
 
 def default_size():
-    """One worker per core but this process's (at most 3: modules split finer
-    than that gain little)."""
+    """One worker per core (at least one: no LLVM runs in this process; at
+    most 4: modules split finer than that gain little)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(0, min((cores or 1) - 1, 3))
+    return max(1, min(cores or 1, 4))
 
 
 pool = Pool(default_size())

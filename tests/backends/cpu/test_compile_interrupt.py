@@ -6,7 +6,7 @@ import time
 import pytest
 
 import kerasjit.backends.cpu as cpu
-from kerasjit.backends.cpu import engine, workers
+from kerasjit.backends.cpu import workers
 
 
 def long_module(functions=150, terms=300):
@@ -34,48 +34,28 @@ exit:
 
 
 def test_ctrl_c_during_llvm_takes_effect_before_llvm_returns(monkeypatch):
-    finished = []
-
-    def object_code(module):
-        code = emit(module)
-        finished.append(time.perf_counter())
-        return code
-    emit = engine.object_code
-    monkeypatch.setattr(engine, "object_code", object_code)
-    module, main, signalled = long_module(), threading.main_thread().ident, []
+    """LLVM runs in a compile worker while this process waits: the wait takes
+    the Ctrl-C at once, and the busy worker is stopped, not waited for."""
+    pool = workers.Pool(1)
+    monkeypatch.setattr(workers, "pool", pool)
+    main, signalled = threading.main_thread().ident, []
 
     def interrupt():
         signalled.append(time.perf_counter())
         signal.pthread_kill(main, signal.SIGINT)
-    threading.Timer(0.2, interrupt).start()
-    with pytest.raises(KeyboardInterrupt):
-        cpu._object_code(module, "interrupted", unroll=True)
-    waited = time.perf_counter() - signalled[0]
-    assert waited < 0.5, f"the interrupt waited {waited:.1f} s for LLVM"
-    for _ in range(1200):     # (the module is dropped; its thread ends on its own)
-        if finished:
-            break
-        time.sleep(0.05)
-    assert finished[0] - signalled[0] > 0.5, "LLVM was done too soon to tell"
+    try:
+        pool.parallelism()                  # (its worker started)
+        busy = pool.workers[0]
+        threading.Timer(0.3, interrupt).start()
+        with pytest.raises(KeyboardInterrupt):
+            cpu._object_code(long_module(), "interrupted", unroll=True)
+        waited = time.perf_counter() - signalled[0]
+        assert waited < 0.5, f"the interrupt waited {waited:.1f} s for LLVM"
+        assert not pool.workers and busy.process.poll() is not None
+    finally:
+        pool.close()
 
 
 def test_a_compile_error_reaches_the_caller():
     with pytest.raises(RuntimeError):
         cpu._object_code("define void @f() { ret i32 0 }", "wrong", unroll=True)
-
-
-def test_an_interrupted_compile_does_not_wait_for_busy_workers():
-    """The compile workers' parts are unwanted once this process's part is
-    interrupted: they are stopped, not waited for."""
-    pool = workers.Pool(1)
-
-    def interrupted(text):
-        raise KeyboardInterrupt
-    try:
-        start = time.perf_counter()
-        with pytest.raises(KeyboardInterrupt):
-            pool.compile(["", long_module()], True, interrupted)
-        assert time.perf_counter() - start < 0.3
-        assert not pool.workers
-    finally:
-        pool.close()
