@@ -161,10 +161,15 @@ def machine(backend="auto"):
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    from kerasjit.backends.cpu.engine import host_cpu_name
+    from kerasjit.backends.cpu.engine import host_cpu_name, host_isa
     chosen = get_backend(backend)
     gpus = len(tf.config.list_physical_devices("GPU"))
-    return (f"{cpu} ({host_cpu_name()}), {psutil.cpu_count()} cores, "
+    isa, onednn_default = host_isa()
+    flag = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    onednn = (f"oneDNN {'off' if flag in ('0', 'false', 'False') else 'on'} "
+              f"(TF_ENABLE_ONEDNN_OPTS={flag})" if flag is not None else
+              f"oneDNN {'on' if onednn_default else 'off'} (TensorFlow's default here)")
+    return (f"{cpu} ({host_cpu_name()}, {isa}; {onednn}), {psutil.cpu_count()} cores, "
             f"{psutil.virtual_memory().total / 2**30:.0f} GiB; "
             f"TensorFlow {tf.__version__} ({gpus} GPU(s) visible to it), Keras "
             f"{keras.__version__}, kerasjit {kerasjit.__version__} on its "

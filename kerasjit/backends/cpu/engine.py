@@ -25,6 +25,17 @@ def host_cpu_name():
     return llvm.get_host_cpu_name()
 
 
+def host_isa():
+    """The host's widest vector instructions, and whether TensorFlow turns its
+    oneDNN kernels on by default there (its x86 rule: AVX-512 VNNI/BF16,
+    AVX-VNNI or AMX)."""
+    features = llvm.get_host_cpu_features()
+    isa = next((name for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"),
+                                         ("avx", "AVX")) if features.get(flag)), "SSE")
+    onednn = any(features.get(f) for f in ("avx512vnni", "avx512bf16", "avxvnni", "amx-tile"))
+    return isa, onednn
+
+
 def host_description():
     """CPU name and features: part of every compile-cache key."""
     _jit()
