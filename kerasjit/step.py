@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from .backends import get_backend
 from .frontend.functional import UnsupportedGraph, functionalize
+from .frontend.bridge import traced_for_xla
 from .frontend.plan import build_program, whole_step_in_tensorflow
 from .arrays import Rows, gathered
 from .runtime.state import VariableState
@@ -111,7 +112,8 @@ class CompiledStep:
         def pure(*args):
             it = iter(args)
             full = [None if i in holes else next(it) for i in range(len(flat))]
-            out = self.fn(*tf.nest.pack_sequence_as(structure, full))
+            with traced_for_xla():
+                out = self.fn(*tf.nest.pack_sequence_as(structure, full))
             out_structure.append(out)
             return tf.nest.flatten(out)
         specs = [tf.TensorSpec(a.shape, a.dtype) for a in tensors]

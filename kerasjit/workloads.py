@@ -91,6 +91,15 @@ def text_cnn(vocab=1000, length=40, dropout=0.3, jit_compile=False):
         "binary_crossentropy", jit_compile)
 
 
+def text_rnn(cell="LSTM", vocab=1000, length=40, units=64, jit_compile=False):
+    """A recurrent text classifier: Embedding, one `cell` layer (LSTM, GRU,
+    SimpleRNN: a time loop and its gradient's loop), sigmoid; Adam."""
+    return _adam_classifier(f"text_{cell.lower()}", [
+        keras.Input((length,), dtype="int32"), keras.layers.Embedding(vocab, 32),
+        getattr(keras.layers, cell)(units), keras.layers.Dense(1, activation="sigmoid")],
+        "binary_crossentropy", jit_compile)
+
+
 def text_transformer(vocab=1000, length=40, width=64, heads=4, dropout=0.1, jit_compile=False):
     """A one-block transformer encoder over tokens: Embedding, MultiHeadAttention
     (einsums with batch dims: batched GEMMs) and a Dense feed-forward on the

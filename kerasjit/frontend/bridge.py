@@ -6,6 +6,7 @@ and ask `experimental_get_compiler_ir(...)(stage="hlo")` for its HLO. When the
 bridge rejects a node, the error names it; the caller moves that node to
 TensorFlow and partitions again.
 """
+import contextlib
 import re
 
 import numpy as np
@@ -13,6 +14,7 @@ import tensorflow as tf
 from tensorflow.compiler.xla import xla_data_pb2
 from tensorflow.compiler.xla.service import hlo_pb2
 from tensorflow.core.framework import graph_pb2
+from tensorflow.python.ops import control_flow_ops
 
 from ..hlo import parse_module
 from ..hlo.shape import DTYPES
@@ -29,8 +31,21 @@ PYTHON_OPS = {"EagerPyFunc", "PyFunc", "PyFuncStateless"}
 STATEFUL_RANDOM_OPS = {"RandomUniform", "RandomUniformInt", "RandomStandardNormal",
                        "TruncatedNormal", "RandomShuffle", "Multinomial", "RandomGamma",
                        "RandomPoisson", "RandomPoissonV2"}
-LOOP_OPS = {"While", "StatelessWhile"}
 _REJECTED_NODE = re.compile(r"\{\{node ([^}]+)\}\}|node `([^`]+)`")
+
+
+@contextlib.contextmanager
+def traced_for_xla():
+    """Trace in an XLA context, as tf.function(jit_compile=True) does: TensorFlow
+    then builds control flow the bridge can lower (a loop's gradient keeps its
+    per-iteration values in lists sized by the trip count, not by run-time
+    lengths)."""
+    context = control_flow_ops.XLAControlFlowContext()
+    context.Enter()
+    try:
+        yield
+    finally:
+        context.Exit()
 
 
 class BridgeRejected(Exception):
@@ -47,8 +62,6 @@ def static_reason(node):
         return "stateful random op: its stream is TensorFlow's own"
     if node.op in DYNAMIC_SHAPE_OPS:
         return DYNAMIC_SHAPE_OPS[node.op]
-    if node.op in LOOP_OPS:
-        return "while loops (a recurrent layer's time loop) are not compiled yet"
     types = [a.type for a in node.attr.values()] + [t for a in node.attr.values()
                                                    for t in a.list.type]
     if tf.string.as_datatype_enum in types:

@@ -13,6 +13,7 @@ import tensorflow as tf
 from tensorflow.core.framework import node_def_pb2
 
 from .checks import add_input_checks, asserted_condition
+from .loops import LOOPS, loop_over_values
 from .nodes import const, node_name, placeholder, tensor_name
 from .rewrites import rewrite_for_tf_parity
 from ..errors import UnsupportedGraph
@@ -75,7 +76,9 @@ def functionalize(concrete_fn):
 
     def root(name):
         """The variable handle an input names, or None for a value."""
-        return None if name.startswith("^") else aliases.get(node_name(name))
+        if name.startswith("^"):
+            return None
+        return aliases.get(tensor_name(name)) or aliases.get(node_name(name))
 
     asserted = []                     # conditions of the step's assertions
     for node in graph_def.node:
@@ -92,6 +95,16 @@ def functionalize(concrete_fn):
             removed.add(node.name)
             continue
         handles = [h for h in map(root, node.input) if h]
+        if node.op in LOOPS and handles:      # a recurrent layer's time loop
+            read = {p: root(i) for p, i in enumerate(node.input) if root(i)}
+            node = loop_over_values(node, graph_def.library, {
+                p: (current[h], internal_to_var[h]) for p, h in read.items()})
+            # (the loop passes each handle on: its outputs there name the variables)
+            for p, h in read.items():
+                aliases[tensor_name(f"{node.name}:{p}")] = h
+                var = internal_to_var[h]
+                specs[tensor_name(f"{node.name}:{p}")] = tf.TensorSpec(var.shape, var.dtype)
+            handles = []
         if node.op == "Identity" and handles:
             aliases[node.name] = handles[0]
             removed.add(node.name)
@@ -102,6 +115,13 @@ def functionalize(concrete_fn):
                 renamed[tensor_name(node.name)] = current[handle]
             elif node.op == "AssignVariableOp":
                 current[handle] = resolve(node.input[1])
+            elif node.op == "VariableShape":
+                shape = node_def_pb2.NodeDef(name=node.name, op="Shape")
+                shape.input.append(current[handle])
+                shape.attr["T"].type = internal_to_var[handle].dtype.as_datatype_enum
+                shape.attr["out_type"].CopyFrom(node.attr["out_type"])
+                nodes.append(shape)
+                continue
             elif node.op in _UPDATE_OPS:
                 update = node_def_pb2.NodeDef(name=node.name + "/value", op=_UPDATE_OPS[node.op])
                 update.input.extend([current[handle], resolve(node.input[1])])
@@ -109,10 +129,6 @@ def functionalize(concrete_fn):
                 nodes.append(update)
                 current[handle] = tensor_name(update.name)
                 specs[current[handle]] = specs[tensor_name(node.input[1])]
-            elif node.op in ("While", "StatelessWhile"):
-                raise UnsupportedGraph(f"op {node.op} ('{node.name}') loops over variables "
-                                       "(a recurrent layer's time loop): kerasjit does not "
-                                       "compile loops yet")
             elif node.op not in _INERT_RESOURCE_OPS:
                 raise UnsupportedGraph(f"op {node.op} ('{node.name}') uses a variable in a "
                                        "way kerasjit cannot turn into dataflow")

@@ -60,7 +60,7 @@ class Planner:
             if n.name in self.sources:
                 continue
             deps = [node_name(i) for i in n.input]
-            reason = self.rejected.get(n.name) or bridge.static_reason(n) or self._opaque(n)
+            reason = self.rejected.get(n.name) or bridge.static_reason(n)
             nodes.append(Node(n.name,
                               tuple(d for d, i in zip(deps, n.input)
                                     if d not in self.sources and not i.startswith("^")),
@@ -69,16 +69,20 @@ class Planner:
                               compilable=not reason, reason=reason))
         return partition(nodes)
 
-    def _opaque(self, node):
-        """Why `node` stays in TensorFlow for the values it takes or makes: a
-        variant (a loop's TensorList) or a resource is no array to pass between
-        clusters. '' if neither."""
-        tensors = [tensor_name(i) for i in node.input if not i.startswith("^")]
-        tensors += self.made_by.get(node.name, [])
-        if any(self.fg.specs[t].dtype in (tf.variant, tf.resource)
-               for t in tensors if t in self.fg.specs):
-            return "variant and resource values (a loop's TensorLists) stay in TensorFlow"
-        return ""
+    def _opaque_edges(self, members, inputs, outputs):
+        """{member node: why} for the nodes of a compiled cluster that take or
+        make a variant (a loop's TensorList) or resource value across its
+        boundary: no array can carry one between clusters, so they move to
+        TensorFlow with the other end. Within a cluster the bridge lowers them."""
+        def opaque(t):
+            spec = self.fg.specs.get(t)
+            return spec is not None and spec.dtype in (tf.variant, tf.resource)
+        members = set(members)
+        crossing = [node_name(t) for t in outputs if opaque(t)]
+        crossing += [n for t in inputs if opaque(t) for n in self.readers.get(t, ())
+                     if n in members]
+        return {n: "a variant or resource value (a loop's TensorList) that TensorFlow "
+                   "makes or uses" for n in crossing}
 
     def _boundary(self, members):
         """Input and output tensors of a cluster's nodes (constants are copied in)."""
@@ -160,6 +164,10 @@ class Planner:
             runs.append(run)
             if cluster.kind != "compiled":
                 continue
+            opaque = self._opaque_edges(members, inputs, outputs)
+            if opaque:
+                self.rejected.update(opaque)
+                return None
             name = f"'{members[0]}' ({len(members)} ops)"
             run.specializer = Specializer(self._compile_fn(fn, self._donations(members, inputs,
                                                                                outputs)),

@@ -10,6 +10,7 @@ INT_ATTRS = frozenset("""index iota_dimension feature_group_count batch_group_co
     index_vector_dim exponent_bits mantissa_bits""".split())
 COMPUTATION_ATTRS = frozenset("""to_apply select scatter calls condition body
     true_computation false_computation""".split())
+COMPUTATION_LIST_ATTRS = frozenset({"branch_computations"})
 
 
 @dataclass(frozen=True)

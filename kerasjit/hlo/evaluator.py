@@ -18,7 +18,7 @@ import numpy as np
 
 from .elementwise import out_dtype
 from .ir import WindowDim
-from .opcodes import ELEMENTWISE, OPCODES, STRUCTURAL
+from .opcodes import CONTROL, ELEMENTWISE, OPCODES, STRUCTURAL
 from .rng import rng_bit_generator
 from .shape import DTYPES
 
@@ -55,7 +55,7 @@ def _run(inst, operands):
         return tuple(result)
     result = np.asarray(result, dtype=inst.shape.numpy_dtype)
     # Lifted scalar computations run elementwise ops on arrays: no shape check.
-    if inst.kind not in (ELEMENTWISE, STRUCTURAL) and result.shape != inst.shape.dims:
+    if inst.kind not in (ELEMENTWISE, STRUCTURAL, CONTROL) and result.shape != inst.shape.dims:
         raise AssertionError(f"evaluator: {inst.opcode} %{inst.name} produced shape "
                              f"{result.shape}, expected {inst.shape}")
     return result
@@ -476,6 +476,28 @@ def _sort(inst, *xs):
     return tuple(outs) if len(outs) > 1 else outs[0]
 
 
+# ----------------------------------------------------------- control flow
+
+def _while(inst, state):
+    condition, body = inst.attrs["condition"], inst.attrs["body"]
+    while evaluate_computation(condition, [state]):
+        state = evaluate_computation(body, [state])
+    return state
+
+
+def _conditional(inst, selector, *operands):
+    """The branch `selector` picks (a pred: true first; an index out of range:
+    the last branch) applied to its own operand."""
+    if "branch_computations" in inst.attrs:
+        branches = inst.attrs["branch_computations"]
+        n = int(selector)
+        n = n if 0 <= n < len(branches) else len(branches) - 1
+    else:
+        branches = (inst.attrs["true_computation"], inst.attrs["false_computation"])
+        n = 0 if bool(selector) else 1
+    return evaluate_computation(branches[n], [operands[n]])
+
+
 # -------------------------------------------------------------- structure
 
 # Opcode -> implementation(inst, *operand values); parameters are bound by
@@ -495,4 +517,5 @@ _OPS = {
     "tuple": lambda inst, *xs: tuple(xs),
     "get-tuple-element": lambda inst, t: t[inst.attrs["index"]],
     "call": lambda inst, *xs: evaluate_computation(inst.attrs["to_apply"], list(xs)),
+    "while": _while, "conditional": _conditional,
 }

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .attributes import COMPUTATION_ATTRS
+from .attributes import COMPUTATION_ATTRS, COMPUTATION_LIST_ATTRS
 from .opcodes import opcode
 from .printer import print_module
 from .shape import Shape
@@ -44,7 +44,11 @@ class Instruction:
 
     @property
     def called_computations(self):
-        return [v for k, v in self.attrs.items() if k in COMPUTATION_ATTRS]
+        called = []
+        for k, v in self.attrs.items():
+            called += [v] if k in COMPUTATION_ATTRS else list(v) if k in COMPUTATION_LIST_ATTRS \
+                else []
+        return called
 
     def __repr__(self):
         return f"%{self.name} = {self.shape} {self.opcode}(...)"

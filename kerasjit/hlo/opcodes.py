@@ -20,6 +20,7 @@ INJECTIVE = "injective"       # moves elements (reshape, transpose, slice...)
 REDUCE = "reduce"             # combines elements with a called computation
 OPAQUE = "opaque"             # dot, convolution, gather...: own kernels
 STRUCTURAL = "structural"     # parameter, constant, tuple plumbing
+CONTROL = "control"           # runs called computations: call, while, conditional
 
 # Cost classes: what fusion and thread splitting weigh.
 FREE = "free"                       # recomputed by each user rather than stored
@@ -132,7 +133,9 @@ _RECORDS = [
     *_table(OPAQUE, 1, "rng-bit-generator"),
     *_table(STRUCTURAL, 0, "parameter constant", cost=FREE),
     *_table(STRUCTURAL, 1, "get-tuple-element", cost=FREE),
-    *_table(STRUCTURAL, -1, "tuple call"),
+    *_table(STRUCTURAL, -1, "tuple"),
+    *_table(CONTROL, -1, "call conditional"),
+    *_table(CONTROL, 1, "while"),
 ]
 
 OPCODES = {record.name: record for record in _RECORDS}

@@ -14,7 +14,8 @@ import re
 
 import numpy as np
 
-from .attributes import COMPUTATION_ATTRS, INT_ATTRS, INT_LIST_ATTRS, DimLabels
+from .attributes import (COMPUTATION_ATTRS, COMPUTATION_LIST_ATTRS, INT_ATTRS, INT_LIST_ATTRS,
+                         DimLabels)
 from .ir import Computation, Instruction, Module, WindowDim
 from .shape import DTYPES, Shape
 from ..errors import HloParseError
@@ -186,11 +187,20 @@ def parse_literal(raw, shape):
 
 
 def _typed_attr(cur, key, computations):
-    if key in COMPUTATION_ATTRS:
+    def computation():
         name = cur.name()
         if name not in computations:
             cur.error(f"unknown computation '%{name}'")
         return computations[name]
+    if key in COMPUTATION_ATTRS:
+        return computation()
+    if key in COMPUTATION_LIST_ATTRS:
+        cur.expect("{")
+        called = [computation()]
+        while cur.accept(","):
+            called.append(computation())
+        cur.expect("}")
+        return tuple(called)
     raw = cur.balanced() if cur.peek("{") else cur.match(
         re.compile(r'"(?:[^"\\]|\\.)*"|[^,\s]+'), "an attribute value")
     if key in INT_LIST_ATTRS:

@@ -1,7 +1,7 @@
 """Printer for XLA's HLO text format; `parse_module(print_module(m))` == m."""
 import numpy as np
 
-from .attributes import COMPUTATION_ATTRS, INT_ATTRS, INT_LIST_ATTRS
+from .attributes import COMPUTATION_ATTRS, COMPUTATION_LIST_ATTRS, INT_ATTRS, INT_LIST_ATTRS
 
 
 def _format_scalar(value, dtype):
@@ -51,6 +51,8 @@ def _format_window(window):
 def format_attr(key, value):
     if key in COMPUTATION_ATTRS:
         return f"%{value.name}"
+    if key in COMPUTATION_LIST_ATTRS:
+        return "{" + ", ".join(f"%{c.name}" for c in value) + "}"
     if key in INT_LIST_ATTRS:
         return "{" + ",".join(map(str, value)) + "}"
     if key in INT_ATTRS:

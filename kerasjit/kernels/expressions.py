@@ -117,12 +117,24 @@ def _dynamic_slice(lw, inst, index):
     return lw.operand(inst, 0, inner)
 
 
+def _update_starts(lw, inst):
+    """Where a dynamic-update-slice's window starts, clamped so it fits (as XLA)."""
+    return [Op(S64, "clamp", (ix.c64(0), Op(S64, "convert", (lw.operand(inst, d + 2, ()),)),
+                              ix.c64(n - size)))
+            for d, (n, size) in enumerate(zip(inst.shape.dims, inst.operands[1].shape.dims))]
+
+
+def update_window(lw, inst, index):
+    """(target, value) of element `index` of a dynamic-update-slice's update:
+    where in the result it lands, and its value."""
+    target = tuple(ix.add(start, i) for start, i in zip(_update_starts(lw, inst), index))
+    return target, lw.operand(inst, 1, index)
+
+
 def _dynamic_update_slice(lw, inst, index):
     update_dims = inst.operands[1].shape.dims
     inside, inner = None, []
-    for d, (i, size) in enumerate(zip(index, update_dims)):
-        start = Op(S64, "convert", (lw.operand(inst, d + 2, ()),))
-        start = Op(S64, "clamp", (ix.c64(0), start, ix.c64(inst.shape.dims[d] - size)))
+    for i, size, start in zip(index, update_dims, _update_starts(lw, inst)):
         rel = ix.sub(i, start)
         inside = ix.both(inside, Op("pred", "and", (ix.compare(rel, ix.c64(0), "GE"),
                                                     ix.compare(rel, ix.c64(size), "LT"))))

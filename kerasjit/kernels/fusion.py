@@ -26,10 +26,15 @@ def materialize_reason(inst, users):
         return "parameter"
     if inst.opcode == "constant":
         return None if inst.shape.rank == 0 else "constant array"
+    if inst.opcode == "while":
+        return "a loop"
     if inst.opcode in ("tuple", "rng-bit-generator") or is_tuple_producer(inst):
         return None           # virtual: their get-tuple-elements are the values
-    if inst.opcode == "get-tuple-element" and inst.operands[0].opcode != "rng-bit-generator":
+    if inst.opcode == "get-tuple-element" and inst.operands[0].opcode in ("reduce",
+                                                                         "reduce-window"):
         return "result of a multi-output reduction"
+    if inst.opcode == "get-tuple-element" and inst.operands[0].opcode != "rng-bit-generator":
+        return "an element of a loop's state"
     if roots_a_kernel(inst):
         return f"{inst.opcode} is a kernel root (its operands fuse into it)"
     if inst.shape.rank == 0:

@@ -116,11 +116,14 @@ class ScatterKernel(LoopKernel):
     order: later updates of an element combine with earlier ones, so it runs
     on one thread. Where the combiner is an add (`adds`: an embedding's
     gradient), `update` where `fits` (None: always) may instead be added
-    atomically, in any order."""
+    atomically, in any order. Also a window's store (`ordered` False): a
+    dynamic-update-slice's update, a concatenate's operand, each element
+    landing in a place of its own, so in any order, on any threads."""
     target: tuple = ()
     update: object = None
     fits: object = None
     adds: bool = False
+    ordered: bool = True
 
 
 @dataclass
@@ -226,6 +229,31 @@ class ChunkLoop:
     steps: list
 
 
+@dataclass
+class WhileLoop:
+    """An HLO while: run `test`, then, while its pred scalar `condition` is
+    true, `body` and `test` again.
+
+    The loop-carried values live in the `state` buffers: the body reads them,
+    and its last steps write their next values over them (in place where a
+    single kernel reads each element only where it writes it)."""
+    name: str
+    test: list
+    condition: int
+    body: list
+    state: tuple = ()
+
+
+def nested_steps(step):
+    """The step lists a compound step runs (a ChunkLoop's, a WhileLoop's test
+    and body), else ()."""
+    if isinstance(step, ChunkLoop):
+        return (step.steps,)
+    if isinstance(step, WhileLoop):
+        return (step.test, step.body)
+    return ()
+
+
 class FusionDecision(NamedTuple):
     """Whether HLO value `producer` is inlined into `consumer` ("fused"), or why not."""
     producer: str
@@ -237,7 +265,7 @@ class FusionDecision(NamedTuple):
 class KernelProgram:
     """What a backend compiles: buffers and the steps that fill them, in order."""
     buffers: list
-    steps: list           # LoopKernel | GemmCall | ImplicitGemm | ChunkLoop
+    steps: list           # LoopKernel | GemmCall | ImplicitGemm | ChunkLoop | WhileLoop
     params: list          # buffer id per entry parameter
     outputs: list         # buffer id per flat output
     decisions: list = field(default_factory=list)  # FusionDecision per HLO edge
@@ -248,13 +276,23 @@ class KernelProgram:
 
 
 def leaf_steps(steps):
-    """The LoopKernels and GemmCalls of `steps` in program order, ChunkLoop bodies
-    included (once each, not per chunk)."""
+    """The LoopKernels and GemmCalls of `steps` in program order, those of
+    compound steps included (once each, not per iteration)."""
     for step in steps:
-        if isinstance(step, ChunkLoop):
-            yield from leaf_steps(step.steps)
-        else:
+        inner = nested_steps(step)
+        if not inner:
             yield step
+        for steps_inside in inner:
+            yield from leaf_steps(steps_inside)
+
+
+def kernel_exprs(kernel):
+    """Every expression a loop kernel evaluates: its stored values and, for a
+    scatter, where each lands and the update."""
+    exprs = [expr for _, expr in kernel.stores]
+    if isinstance(kernel, ScatterKernel):
+        exprs += [e for e in (*kernel.target, kernel.update, kernel.fits) if e is not None]
+    return exprs
 
 
 def walk(expr, into_reductions=True):

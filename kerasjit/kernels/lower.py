@@ -20,10 +20,11 @@ from .aliasing import alias_donated
 from .conv_gemm import conv_as_gemm
 from .conv_implicit import conv_as_implicit_gemm
 from .epilogues import fuse_epilogues
-from .expressions import EXPRESSIONS, elementwise, op_of, scatter_update
+from .expressions import EXPRESSIONS, elementwise, op_of, scatter_update, update_window
 from .fusion import fusion_decisions, materialize_reason, roots_a_kernel
-from .ir import (S64, Buffer, Const, GemmCall, Index, KernelProgram, Load, LoopKernel,
+from .ir import (S64, Buffer, Const, GemmCall, Index, KernelProgram, Load, LoopKernel, Op,
                  ScatterKernel, Var, walk)
+from .loops import leaves, lower_while, parts
 from .storage import assign_storage, writes
 from .verifier import verify_kernels
 
@@ -47,7 +48,7 @@ def lower(module, donate=None, implicit_gemm=False, verify=None):
     if verify is None:
         verify = bool(os.environ.get("KERASJIT_DEBUG"))
     check = verify_kernels if verify else (lambda program: None)
-    program = _Lowering(module, implicit_gemm).run()
+    program = _Lowering(module.entry, implicit_gemm).run()
     check(program)
     for kernel_pass in kernel_passes(donate, implicit_gemm):
         program = kernel_pass(program)
@@ -63,8 +64,10 @@ def kernel_passes(donate=None, implicit_gemm=False):
 
 
 class _Lowering:
-    def __init__(self, module, implicit_gemm=False):
-        self.comp = module.entry
+    def __init__(self, comp, implicit_gemm=False, parent=None):
+        """A lowering of computation `comp`; one of a called computation (a loop's
+        body) shares its `parent`'s buffers."""
+        self.comp = comp
         self.implicit_gemm = implicit_gemm
         self.order = self.comp.post_order()
         self.users = {i: [] for i in self.order}
@@ -79,6 +82,9 @@ class _Lowering:
         self.kernel_state = {}    # id(LoopKernel) -> (loop index, its kernel_values)
         self.memo = {}            # (instruction, index ids, horizon) -> (index, Expr)
         self.keys = {}            # id(reduce instruction) -> small int key
+        self.bound = {}           # tuple-shaped instruction -> its parts (loops.parts)
+        if parent is not None:
+            self.buffers, self.keys = parent.buffers, parent.keys
 
     def run(self):
         root = self.comp.root
@@ -103,6 +109,31 @@ class _Lowering:
                 bid = self._copy(inst)
             out_ids.append(bid)
         return KernelProgram(self.buffers, self.steps, params, out_ids, self.decisions)
+
+    def run_called(self, bound):
+        """The steps of this called computation with its parameters' values in
+        `bound` (parts per parameter), and the buffer id of each leaf of its result."""
+        for param, value in zip(self.comp.parameters, bound):
+            if isinstance(value, tuple):
+                self.bound[param] = value
+            else:
+                self.buffer_of[param] = value
+        results = leaves(parts(self.comp.root, self.bound))
+        materialized = {i: materialize_reason(i, self.users[i]) for i in self.order}
+        self.decisions = fusion_decisions(self.order, materialized)
+        for inst in results:
+            if not isinstance(inst, int):
+                materialized[inst] = materialized[inst] or "a loop's next state"
+        for inst in self.order:
+            if materialized[inst] and inst not in self.buffer_of and inst not in self.bound:
+                self._emit(inst, "temp")
+        return self.steps, [r if isinstance(r, int) else self.materialized(r) for r in results]
+
+    def lower_called(self, comp, bound):
+        called = _Lowering(comp, self.implicit_gemm, parent=self)
+        steps, results = called.run_called([bound])
+        self.decisions += called.decisions
+        return steps, results
 
     # ------------------------------------------------------------------ kernels
     def buffer_for(self, inst, role, data=None):
@@ -134,12 +165,30 @@ class _Lowering:
         return buf.id
 
     def _emit(self, inst, role):
+        if inst.opcode == "while":
+            self.bound[inst] = lower_while(self, inst, self.lower_called)
+            return
+        if inst.shape.is_tuple and inst.opcode in ("parameter", "get-tuple-element"):
+            self.bound[inst] = parts(inst, self.bound)
+            return
+        if inst.opcode == "get-tuple-element":
+            element = parts(inst, self.bound)
+            if element is not inst:       # an element of a loop's state
+                self.buffer_of[inst] = element if isinstance(element, int) \
+                    else self.materialized(element)
+                return
         if inst.opcode == "convolution" and (
                 self.implicit_gemm and conv_as_implicit_gemm(self, inst, role)
                 or conv_as_gemm(self, inst, role)):
             return
         if inst.opcode == "scatter":
             self._scatter(inst, role)
+            return
+        if inst.opcode == "dynamic-update-slice":
+            self._update_slice(inst, role)
+            return
+        if inst.opcode == "concatenate":
+            self._concatenate(inst, role)
             return
         gemm = self._gemm(inst)
         if gemm is not None:
@@ -182,6 +231,39 @@ class _Lowering:
         self.steps.append(ScatterKernel(f"k{len(self.steps)}_scatter", updates, [(out, value)],
                                         [inst.name], reduction=True, target=target,
                                         update=update, fits=fits, adds=adds))
+
+    def _update_slice(self, inst, role):
+        """The operand copied to the result, then the update stored in its
+        window: a loop can drop the copy and write the window into its state
+        (loops.py)."""
+        out = self.buffer_for(inst, role)
+        index = self._loop_index(inst.shape.rank)
+        whole = self.in_kernel(index, {}, lambda: self.operand(inst, 0, index))
+        self.steps.append(LoopKernel(f"k{len(self.steps)}_update_slice_operand",
+                                     inst.shape.dims, [(out, whole)]))
+        self._store_window(inst, out, inst.operands[1].shape.dims,
+                           lambda index: update_window(self, inst, index))
+
+    def _concatenate(self, inst, role):
+        """Each operand stored in its window of the result: computed only there,
+        not selected per element among all of them."""
+        out, d = self.buffer_for(inst, role), inst.attrs["dimensions"][0]
+        offset = 0
+        for i, op in enumerate(inst.operands):
+            def window(index, i=i, start=offset):
+                target = tuple(Op(S64, "add", (x, Const(S64, start))) if k == d else x
+                               for k, x in enumerate(index))
+                return target, self.operand(inst, i, index)
+            self._store_window(inst, out, op.shape.dims, window)
+            offset += op.shape.dims[d]
+
+    def _store_window(self, inst, out, dims, element):
+        """A kernel over `dims` storing element(index) -> (target, value) into `out`."""
+        index = self._loop_index(len(dims))
+        target, value = self.in_kernel(index, {}, lambda: element(index))
+        self.steps.append(ScatterKernel(f"k{len(self.steps)}_{inst.opcode}", dims,
+                                        [(out, value)], [inst.name], reduction=True,
+                                        target=target, ordered=False))
 
     def _join_value(self, inst, pos):
         """`inst` as one more store of LoopKernel steps[pos], or None if not valid there.

@@ -1,18 +1,22 @@
 """Buffer assignment: temporaries whose lifetimes do not overlap share memory.
 
 Steps run in order; a temporary is live from the step that first writes it
-to the last step that reads it (a ChunkLoop counts as one step, so what its
-slices use stays live across all of them). Greedy first-fit over the
+to the last step that reads it (a ChunkLoop or WhileLoop counts as one step,
+so what its iterations use stays live across all of them). Greedy first-fit over the
 temporaries in order of first write, reusing a freed slot before opening a
 new one; a reused slot grows to its largest tenant.
 """
-from .ir import ChunkLoop, GemmCall, ImplicitGemm, Load, walk
+from .ir import GemmCall, ImplicitGemm, Load, WhileLoop, kernel_exprs, nested_steps, walk
+
+
+def _inside(step, each):
+    return set().union(*(each(s) for steps in nested_steps(step) for s in steps))
 
 
 def writes(step):
     """Buffer ids a step writes."""
-    if isinstance(step, ChunkLoop):
-        return set().union(*map(writes, step.steps))
+    if nested_steps(step):
+        return _inside(step, writes)
     if isinstance(step, (GemmCall, ImplicitGemm)):
         return {step.out}
     return {bid for bid, _ in step.stores}
@@ -20,13 +24,15 @@ def writes(step):
 
 def touched(step):
     """Buffer ids a step reads or writes."""
-    if isinstance(step, ChunkLoop):
-        return set().union(*map(touched, step.steps))
+    if isinstance(step, WhileLoop):
+        return _inside(step, touched) | set(step.state) | {step.condition}
+    if nested_steps(step):
+        return _inside(step, touched)
     if isinstance(step, GemmCall):
         return {step.lhs, step.rhs, step.out}
     if isinstance(step, ImplicitGemm):
         return {step.lhs, step.rhs, step.out} | loaded(step.epilogue)
-    return writes(step) | set().union(*(loaded(expr) for _, expr in step.stores))
+    return writes(step) | set().union(*map(loaded, kernel_exprs(step)))
 
 
 def loaded(expr):

@@ -6,7 +6,7 @@ writes (its buffers are noalias; after storage assignment, no slot it writes
 is one it reads), but for a donated parameter it updates in place (aliasing.py
 checks those); every output is written."""
 from ..errors import KernelVerifyError
-from .ir import ChunkLoop, GemmCall, LoopKernel
+from .ir import GemmCall, LoopKernel, WhileLoop, kernel_exprs, nested_steps
 from .storage import loaded, touched, writes
 
 
@@ -20,8 +20,11 @@ def verify_kernels(program):
 
     def visit(steps):
         for step in steps:
-            if isinstance(step, ChunkLoop):
-                visit(step.steps)
+            if isinstance(step, WhileLoop):
+                in_place.update(step.state)     # (updated in place each iteration)
+            for inside in nested_steps(step):
+                visit(inside)
+            if nested_steps(step):
                 continue
             written, read = writes(step), reads(step)
             if not touched(step) <= ids:
@@ -46,7 +49,7 @@ def reads(step):
     operands, an implicit GEMM's operands and what its epilogue loads besides
     its own result."""
     if isinstance(step, LoopKernel):
-        return set().union(*(loaded(expr) for _, expr in step.stores))
+        return set().union(*map(loaded, kernel_exprs(step)))
     if isinstance(step, GemmCall):
         return {step.lhs, step.rhs}
     return touched(step) - writes(step)

@@ -10,7 +10,7 @@ Called computations that are identical instruction by instruction (XLA's bridge
 emits one `add` region per reduce) are merged too, so the reduces using them
 can merge. Mutates and returns the module; the duplicates are left for DCE.
 """
-from ..hlo.attributes import COMPUTATION_ATTRS
+from ..hlo.attributes import COMPUTATION_ATTRS, COMPUTATION_LIST_ATTRS
 from .util import rewrite, value_key
 
 
@@ -20,8 +20,10 @@ def cse(module):
     for comp in module.computations:          # callees come before callers
         for inst in comp.instructions:
             for k, v in inst.attrs.items():
-                if k in COMPUTATION_ATTRS and v in same_as:
-                    inst.attrs[k] = same_as[v]
+                if k in COMPUTATION_ATTRS:
+                    inst.attrs[k] = same_as.get(v, v)
+                elif k in COMPUTATION_LIST_ATTRS:
+                    inst.attrs[k] = tuple(same_as.get(c, c) for c in v)
         _cse_computation(comp)
         if comp is not module.entry:
             first = kept.setdefault(_computation_key(comp), comp)

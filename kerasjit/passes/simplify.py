@@ -1,7 +1,7 @@
 """Algebraic simplification of the bridge's noise.
 
-Every rewrite is exact (bit for bit, -0.0 and NaN included: no float
-reassociation) and keeps the value's shape, so the entry's parameters and root
+Every rewrite but the last is exact (bit for bit, -0.0 and NaN included: no
+float reassociation) and keeps the value's shape, so the entry's parameters and root
 tuple layout never change:
 
   reshape(x) to x's shape -> x          reshape(reshape(x)) -> reshape(x)
@@ -19,6 +19,9 @@ tuple layout never change:
   reshape/transpose/slice/reverse of a scalar broadcast -> a scalar broadcast
   elementwise op of scalar broadcasts -> broadcast of the scalar op
       (computes the op once; lets constant folding see scalar constants)
+  x + dynamic-update-slice(zeros, u, i) -> dynamic-update-slice(x, x[i] + u, i)
+      (the one rewrite that is not bit-exact: outside the window a -0.0
+      of x stays -0.0 where x + 0.0 made it +0.0)
 
 Mutates and returns the module; replaced instructions are removed.
 """
@@ -55,6 +58,10 @@ def _simplify(inst, make):
     result = rule(inst, *inst.operands) if rule else None
     if result is not None:
         return result if isinstance(result, Instruction) else make(*result)
+    if inst.opcode == "add":
+        added = _add_into_window(inst, make)
+        if added is not None:
+            return added
     if inst.kind == INJECTIVE and len(inst.operands) == 1 and _scalar_broadcast(inst.operands[0]):
         return make("broadcast", inst.shape, inst.operands[0].operands, {"dimensions": ()})
     if (inst.kind == ELEMENTWISE and inst.shape.rank > 0 and all(
@@ -62,6 +69,20 @@ def _simplify(inst, make):
         scalar = make(inst.opcode, Shape.array(inst.shape.dtype, ()),
                       [op.operands[0] for op in inst.operands], inst.attrs)
         return make("broadcast", inst.shape, [scalar], {"dimensions": ()})
+    return None
+
+
+def _add_into_window(inst, make):
+    """x + dynamic-update-slice(zeros, u, starts) -> the same update of x with
+    x's window plus u: a loop's gradient added into one step's slot of a list
+    then touches that slot only, not the whole list on every iteration."""
+    for x, update in (inst.operands, inst.operands[::-1]):
+        if update.opcode == "dynamic-update-slice" and uniform_value(update.operands[0]) == 0:
+            u, starts = update.operands[1], update.operands[2:]
+            window = make("dynamic-slice", u.shape, [x, *starts],
+                          {"dynamic_slice_sizes": u.shape.dims})
+            summed = make("add", u.shape, [window, u], {})
+            return make("dynamic-update-slice", inst.shape, [x, summed, *starts], {})
     return None
 
 

@@ -53,11 +53,35 @@ CASES = {
     # An embedding: a gather, and a scatter-add in its gradient.
     "text_cnn": (lambda **k: workloads.text_cnn(vocab=300, length=20, dropout=0, **k),
                  lambda n: workloads.token_data(n, 20, 300), 16),
+    # Recurrent layers: a while loop over time, and one over its gradient.
+    "text_lstm": (lambda **k: workloads.text_rnn("LSTM", vocab=300, length=12, units=16, **k),
+                  lambda n: workloads.token_data(n, 12, 300), 16),
+    "text_gru": (lambda **k: workloads.text_rnn("GRU", vocab=300, length=12, units=16, **k),
+                 lambda n: workloads.token_data(n, 12, 300), 16),
+    "stacked_masked_rnn": (lambda **k: _stacked_rnn(**k), lambda n: _padded_tokens(n), 16),
     # Attention's einsums and Dense on a sequence: batched, strided GEMMs.
     "text_transformer": (lambda **k: workloads.text_transformer(vocab=300, length=20, dropout=0,
                                                                 **k),
                          lambda n: workloads.token_data(n, 20, 300), 16),
 }
+
+
+def _stacked_rnn(jit_compile=False):
+    """Masked (mask_zero) tokens through a Bidirectional LSTM returning sequences,
+    then a SimpleRNN: the mask selects between new and old states in each loop."""
+    model = keras.Sequential([
+        keras.Input((10,), dtype="int32"), keras.layers.Embedding(50, 8, mask_zero=True),
+        keras.layers.Bidirectional(keras.layers.LSTM(6, return_sequences=True)),
+        keras.layers.SimpleRNN(5), keras.layers.Dense(3, activation="softmax")])
+    model.compile(optimizer="adam", loss="categorical_crossentropy", jit_compile=jit_compile)
+    return model
+
+
+def _padded_tokens(n):
+    """Token ids with each sequence's tail padded with 0 (masked), and 3 classes."""
+    x, y = workloads.token_data(n, 10, 50)
+    x[np.arange(10) >= np.random.default_rng(2).integers(3, 11, (n, 1))] = 0
+    return x, np.eye(3, dtype=np.float32)[(y[:, 0] + (x[:, 0] % 2)).astype(int)]
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -19,10 +19,11 @@ from kerasjit.frontend.bridge import hlo_module, literals_from_proto
 from kerasjit.hlo import Instruction, parse_module, print_module, verify
 from kerasjit.hlo.evaluator import evaluate
 from kerasjit.passes import (DEFAULT_PASSES, PassError, Pipeline, constant_folding, cse, dce,
-                             fold_batch_sums, optimize, replace_all_uses, simplify)
+                             fold_batch_sums, inline_calls, optimize, replace_all_uses, simplify)
 
 from tests.support.hlo_args import random_args
 from tests.support.hlo_text import hlo
+from tests.support.loop_text import CALLS
 
 
 def assert_same(a, b):
@@ -204,6 +205,19 @@ SIMPLIFY_CASES = {
   %same = f32[4,16] set-dimension-size(%x, %sixteen), dimensions={1}
   ROOT %n = f32[4,16] negate(%same)""", [r"negate\(f32\[4,16\]\{1,0\} %x\)"],
         ["set-dimension-size"]),
+    # A gradient added into one step's slot of a list touches that slot only.
+    "add_into_window": (r"""
+  %x = f32[5,3] parameter(0)
+  %u = f32[1,3] parameter(1)
+  %i = s32[] parameter(2)
+  %zero = f32[] constant(0)
+  %zeros = f32[5,3] broadcast(%zero), dimensions={}
+  %z = s32[] constant(0)
+  %slot = f32[5,3] dynamic-update-slice(%zeros, %u, %i, %z)
+  ROOT %sum = f32[5,3] add(%x, %slot)""",
+        [r"dynamic-slice\(f32\[5,3\]\{1,0\} %x", r"add\(f32\[1,3\]",
+         r"ROOT \S+ = f32\[5,3\]\{1,0\} dynamic-update-slice\(f32\[5,3\]\{1,0\} %x"],
+        [r"f32\[5,3\]\{1,0\} add", "broadcast"]),
     # The root is replaced by the parameter: same shape, same parameter list.
     "root_copy_of_parameter": (r"""
   %p = f32[4] parameter(0)
@@ -216,6 +230,12 @@ SIMPLIFY_CASES = {
 def test_simplify(case):
     body, check, check_not = SIMPLIFY_CASES[case]
     run(hlo(body), [simplify, dce], check, check_not)
+
+
+def test_inline_calls_replaces_every_call_by_its_callee():
+    after = run(CALLS, [inline_calls, dce], [r"add\(f32\[3\]\{0\} %x, f32\[3\]\{0\} %x\)",
+                                              r"multiply", r"ROOT .* add"], ["call"])
+    assert len(after.computations) == 1
 
 
 def test_simplify_keeps_signature_and_alias():
@@ -418,14 +438,16 @@ def test_debug_pipeline_names_the_pass_that_broke_the_module():
 def test_dump_to_directory_and_callback(tmp_path):
     result = Pipeline(DEFAULT_PASSES, dump_dir=str(tmp_path), dump_after={"cse"})(
         parse_module(PIPELINE_TEXT))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["03-cse.hlo"]
-    dumped = parse_module((tmp_path / "03-cse.hlo").read_text())
+    cse_file = f"{[p.__name__ for p in DEFAULT_PASSES].index('cse'):02d}-cse.hlo"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [cse_file]
+    dumped = parse_module((tmp_path / cse_file).read_text())
     assert opcodes(dumped).count("multiply") == 1         # the two multiplies merged
     seen = []
     optimize(parse_module(PIPELINE_TEXT), dump_dir=lambda name, text: seen.append((name, text)))
     names = [name for name, _ in seen]
-    assert names[:5] == ["simplify", "constant_folding", "fold_batch_sums", "cse", "dce"]
-    assert len(names) % 5 == 0
+    assert names[:6] == ["inline_calls", "simplify", "constant_folding", "fold_batch_sums",
+                         "cse", "dce"]
+    assert len(names) % 6 == 0
     assert seen[-1][1] == print_module(result)
 
 

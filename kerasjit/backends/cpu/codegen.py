@@ -14,13 +14,13 @@ from llvmlite import ir
 from ...hlo.shape import row_major_strides
 from ...kernels.collapse import collapse_dims
 from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, ImplicitGemm, Index, Load,
-                           LoopKernel, Op, Reduce, ReduceVar, ScatterKernel, Var, leaf_steps,
-                           walk)
+                           LoopKernel, Op, Reduce, ReduceVar, ScatterKernel, Var, WhileLoop,
+                           kernel_exprs, leaf_steps, walk)
 from ...kernels.storage import loaded
 from . import implicit_gemm, narrow_gemm, parallel
 from .blas import SGEMM_SYMBOL, THREADS_LOCAL_SYMBOL
 from .llvm_types import (I64, PTR, counted_loop, linear, memory_type, register_type,
-                         run_time_loop, self_referential_loops, unflatten)
+                         run_time_loop, self_referential_loops, unflatten, while_loop)
 from .module_split import top_level
 from .ops import OpEmitter
 from .profile import Counters
@@ -28,7 +28,7 @@ from .profile import Counters
 
 def kernel_buffers(kernel):
     """Ids of the buffers a loop kernel touches, in the order it takes them."""
-    return sorted({bid for bid, _ in kernel.stores}.union(*(loaded(e) for _, e in kernel.stores)))
+    return sorted({bid for bid, _ in kernel.stores}.union(*map(loaded, kernel_exprs(kernel))))
 
 
 def rows_can_accumulate(kernel):
@@ -339,16 +339,28 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
     kernels = []
     counters = Counters(module, name, list(leaf_steps(program.steps))) if timed else None
 
-    def emit(steps, chunk):
+    def emit(steps, chunk, looped=False):
+        """`looped`: inside a while loop, whose kernels split over no threads:
+        threads started on every iteration would cost more than its (per-step
+        sized) kernels gain."""
         for step in steps:
             if isinstance(step, ChunkLoop):
-                counted_loop(eb, entry, step.count, lambda i, s=step: emit(s.steps, i))
+                counted_loop(eb, entry, step.count, lambda i, s=step: emit(s.steps, i, looped))
+            elif isinstance(step, WhileLoop):
+                while_loop(eb, entry, lambda s=step: test(s, chunk),
+                           lambda s=step: emit(s.body, chunk, True))
             elif counters is not None:
-                counters.timed(eb, lambda s=step: emit_leaf(s, chunk))
+                counters.timed(eb, lambda s=step: emit_leaf(s, chunk, looped))
             else:
-                emit_leaf(step, chunk)
+                emit_leaf(step, chunk, looped)
 
-    def emit_leaf(step, chunk):
+    def test(loop, chunk):
+        emit(loop.test, chunk, True)
+        flag = eb.load(_buffer_pointer(eb, table, loop.condition), typ=ir.IntType(8))
+        return eb.icmp_unsigned("!=", flag, ir.Constant(ir.IntType(8), 0))
+
+    def emit_leaf(step, chunk, looped):
+        may_split_here = may_split and not looped
         if isinstance(step, GemmCall) and (gemm := narrow_gemm.plan(step)):
             fn = narrow_gemm.emit(module, gemm, f"{name}_k{len(module.functions)}", lanes)
             pointers = [_buffer_pointer(eb, table, bid) for bid in (step.lhs, step.rhs, step.out)]
@@ -366,13 +378,13 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
             # (All live in this step, so storage.py gave them distinct memory: the
             # function's noalias arguments hold.)
             call(fn, (step.out, step.lhs, step.rhs, *extra), chunk,
-                 may_split and implicit_gemm.worth_splitting(step, blocks_total),
+                 may_split_here and implicit_gemm.worth_splitting(step, blocks_total),
                  blocks_total, [ir.Constant(I64, 0), ir.Constant(I64, blocks_total)])
         else:
             if not rows_can_accumulate(step):     # (those keep their rows, to add along)
                 step = collapse_dims(step, program.buffers)
             buffers = kernel_buffers(step)
-            split = may_split and parallel.worth_splitting(step, outer_dims(step))
+            split = may_split_here and parallel.worth_splitting(step, outer_dims(step))
             fn = ir.Function(module, ir.FunctionType(
                 ir.VoidType(), [PTR] * len(buffers) + [I64] * (3 if split else 1)),
                 f"{name}_k{len(module.functions)}")

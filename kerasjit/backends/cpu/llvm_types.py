@@ -67,6 +67,19 @@ def counted_loop(b, fn, extent, body, unroll=True):
     b.position_at_end(done)
 
 
+def while_loop(b, fn, test, body):
+    """while (test()) body(), at the builder's position: `test` emits code that
+    returns an i1."""
+    head, loop, done = (fn.append_basic_block(s) for s in ("while", "do", "end"))
+    b.branch(head)
+    b.position_at_end(head)
+    b.cbranch(test(), loop, done)
+    b.position_at_end(loop)
+    body()
+    b.branch(head)
+    b.position_at_end(done)
+
+
 def _no_unroll(latch):
     """Loop metadata on a loop's latch branch: LLVM does not unroll it."""
     module = latch.function.module

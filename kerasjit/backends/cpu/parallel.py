@@ -17,7 +17,7 @@ from llvmlite import ir
 
 from ...hlo.opcodes import OPCODES, TRANSCENDENTAL
 from ...kernels.ir import (ChunkLoop, GemmCall, ImplicitGemm, Index, Op, Reduce, ReduceVar,
-                           ScatterKernel, children, leaf_steps, walk)
+                           ScatterKernel, children, leaf_steps, nested_steps, walk)
 from . import narrow_gemm
 from .blas import SINGLE_THREAD_MNK
 from .llvm_types import I1, I32, I64, PTR, run_time_loop
@@ -68,6 +68,9 @@ def gemms_alone_below(steps, blas_threads_local):
         for step in steps:
             if isinstance(step, ChunkLoop):
                 add(step.steps, times * step.count)
+            elif nested_steps(step):        # (a while loop's trip count is not known)
+                for inside in nested_steps(step):
+                    add(inside, times)
             elif type(step) in work:
                 work[type(step)] += times * getattr(step, "count", 1) * step.m * step.n * step.k
     add(steps, 1)
@@ -96,7 +99,8 @@ def cores_free(steps, alone_below):
 def worth_splitting(kernel, outer_dims):
     """Whether to split `kernel` over the first of `outer_dims` (its loops
     outside any reduction): one with work enough to pay for the threads."""
-    if not outer_dims or outer_dims[0] < 2 or isinstance(kernel, ScatterKernel):
+    if not outer_dims or outer_dims[0] < 2 or (isinstance(kernel, ScatterKernel)
+                                               and kernel.ordered):
         return False         # (a scatter's updates of one element must apply in order)
     varies, ops, terms = {}, 0, {}
     for node in (n for _, expr in kernel.stores for n in walk(expr)):

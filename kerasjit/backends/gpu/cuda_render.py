@@ -15,7 +15,7 @@ import math
 import re
 
 from ...kernels.ir import (ChunkIndex, Const, ImplicitGemm, Index, Load, LoopKernel, Op, Reduce,
-                           ReduceVar, ScatterKernel, Var, leaf_steps, walk)
+                           ReduceVar, ScatterKernel, Var, kernel_exprs, leaf_steps, walk)
 from . import cuda_implicit_gemm
 from .cuda_ops import PRELUDE, ctype, expression, literal, memory_ctype
 
@@ -44,6 +44,11 @@ def _atomic(kernel):
         and kernel.stores[0][1].dtype in ATOMIC_ADD_TYPES
 
 
+def _serial(kernel):
+    """A scatter whose updates apply one after another, on one thread."""
+    return isinstance(kernel, ScatterKernel) and kernel.ordered and not _atomic(kernel)
+
+
 def launch_threads(kernel):
     """Threads a launch of `kernel` wants: one per element, for a cooperative
     kernel a block per element, for a non-atomic scatter a single thread (its
@@ -51,7 +56,7 @@ def launch_threads(kernel):
     per tile."""
     if isinstance(kernel, ImplicitGemm):
         return cuda_implicit_gemm.tiles(kernel)
-    if isinstance(kernel, ScatterKernel) and not _atomic(kernel):
+    if _serial(kernel):
         return 1
     return math.prod(kernel.dims) * (THREADS if _long_reductions(kernel) else 1)
 
@@ -106,11 +111,11 @@ class _KernelWriter:
 
     def render(self, name):
         stores = self.kernel.stores
-        self.declare_buffers({bid for bid, _ in stores},
-                             {n.buffer for _, e in stores for n in walk(e) if isinstance(n, Load)})
+        self.declare_buffers({bid for bid, _ in stores}, set().union(
+            *({n.buffer for n in walk(e) if isinstance(n, Load)} for e in kernel_exprs(self.kernel))))
         dims = self.kernel.dims
         total = math.prod(dims)
-        if isinstance(self.kernel, ScatterKernel) and not _atomic(self.kernel):
+        if _serial(self.kernel):
             loop = (f"if (blockIdx.x == 0 && threadIdx.x == 0) "
                     f"for (s64 flat = 0; flat < {total}LL; ++flat)")
         elif self.cooperative:     # (uniform over the block: every thread meets each barrier)
