@@ -6,15 +6,25 @@ program order, and the last value assigned becomes an output. What remains
 is a graph of values only, which can be cut into clusters freely and whose
 compiled clusters take variables as parameters and return their updates
 (to be aliased in place by a backend).
+
+Called functions are inlined (a nested tf.function, Keras's grouped
+convolution), and branches (If, Case: a warm-up schedule, gradient
+accumulation, loss scaling) are if-converted: every branch is inlined with
+its own view of the variables, and each result and each variable a branch
+changes is selected by the condition. The bridge then sees plain ops; the
+price is that every branch runs, which for the branches of a training step
+(an optimizer's update or not) costs little.
 """
 from dataclasses import dataclass, field
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import node_def_pb2
+from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
 
 from .checks import add_input_checks, asserted_condition
 from .loops import LOOPS, loop_over_values
-from .nodes import const, node_name, placeholder, tensor_name
+from .nodes import const, node, node_name, placeholder, tensor_name
 from .rewrites import rewrite_for_tf_parity
 from ..errors import UnsupportedGraph
 
@@ -22,6 +32,9 @@ from ..errors import UnsupportedGraph
 _UPDATE_OPS = {"AssignAddVariableOp": "AddV2", "AssignSubVariableOp": "Sub"}
 # resource ops that never touch the value (no-ops once variables are values)
 _INERT_RESOURCE_OPS = {"VarIsInitializedOp", "NoOp"}
+_CALLS = {"PartitionedCall", "StatefulPartitionedCall"}
+_IFS = {"If", "StatelessIf"}
+_CASES = {"Case", "StatelessCase"}
 
 
 @dataclass
@@ -57,101 +70,222 @@ def functionalize(concrete_fn):
     variables = list({id(v): v for v in internal_to_var.values()}.values())
     var_index = {id(v): i for i, v in enumerate(variables)}
     state_inputs = [f"kerasjit_state_{i}" for i in range(len(variables))]
-    # A handle is known by its captured placeholder (the root); Identity copies
-    # of it are aliases, so an update through one is seen through the others.
-    aliases = {internal: internal for internal in internal_to_var}   # node -> root
-    current = {}                      # root -> tensor holding its value
-    for internal, var in internal_to_var.items():
-        current[internal] = tensor_name(state_inputs[var_index[id(var)]])
-    renamed = {}                      # removed tensor -> replacement tensor
-    removed = set()
-    nodes = [placeholder(n, v.dtype, v.shape) for n, v in zip(state_inputs, variables)]
+    walker = _Walker(graph_def.library, specs, internal_to_var)
+    walker.nodes = [placeholder(n, v.dtype, v.shape) for n, v in zip(state_inputs, variables)]
     specs.update((tensor_name(n), tf.TensorSpec(v.shape, v.dtype))
                  for n, v in zip(state_inputs, variables))
-
-    def resolve(name):
-        if name.startswith("^"):
-            return None if name[1:] in removed else name
-        return renamed.get(tensor_name(name), name)
-
-    def root(name):
-        """The variable handle an input names, or None for a value."""
-        if name.startswith("^"):
-            return None
-        return aliases.get(tensor_name(name)) or aliases.get(node_name(name))
-
-    asserted = []                     # conditions of the step's assertions
-    for node in graph_def.node:
-        condition = asserted_condition(node, graph_def.library)
-        if condition is not None:         # run for its effect: a check (checks.py)
-            asserted.append(tensor_name(resolve(condition)))
-            renamed[tensor_name(node.name)] = asserted[-1]
-            removed.add(node.name)
-            continue
-        if node.name in constants:
-            nodes.append(const(node.name, constants[node.name]))
-            continue
-        if node.name in internal_to_var:
-            removed.add(node.name)
-            continue
-        handles = [h for h in map(root, node.input) if h]
-        if node.op in LOOPS and handles:      # a recurrent layer's time loop
-            read = {p: root(i) for p, i in enumerate(node.input) if root(i)}
-            node = loop_over_values(node, graph_def.library, {
-                p: (current[h], internal_to_var[h]) for p, h in read.items()})
-            # (the loop passes each handle on: its outputs there name the variables)
-            for p, h in read.items():
-                aliases[tensor_name(f"{node.name}:{p}")] = h
-                var = internal_to_var[h]
-                specs[tensor_name(f"{node.name}:{p}")] = tf.TensorSpec(var.shape, var.dtype)
-            handles = []
-        if node.op == "Identity" and handles:
-            aliases[node.name] = handles[0]
-            removed.add(node.name)
-            continue
-        if handles:
-            handle = handles[0]
-            if node.op == "ReadVariableOp":
-                renamed[tensor_name(node.name)] = current[handle]
-            elif node.op == "AssignVariableOp":
-                current[handle] = resolve(node.input[1])
-            elif node.op == "VariableShape":
-                shape = node_def_pb2.NodeDef(name=node.name, op="Shape")
-                shape.input.append(current[handle])
-                shape.attr["T"].type = internal_to_var[handle].dtype.as_datatype_enum
-                shape.attr["out_type"].CopyFrom(node.attr["out_type"])
-                nodes.append(shape)
-                continue
-            elif node.op in _UPDATE_OPS:
-                update = node_def_pb2.NodeDef(name=node.name + "/value", op=_UPDATE_OPS[node.op])
-                update.input.extend([current[handle], resolve(node.input[1])])
-                update.attr["T"].CopyFrom(node.attr["dtype"])
-                nodes.append(update)
-                current[handle] = tensor_name(update.name)
-                specs[current[handle]] = specs[tensor_name(node.input[1])]
-            elif node.op not in _INERT_RESOURCE_OPS:
-                raise UnsupportedGraph(f"op {node.op} ('{node.name}') uses a variable in a "
-                                       "way kerasjit cannot turn into dataflow")
-            removed.add(node.name)
-            continue
-        new = node_def_pb2.NodeDef()
-        new.CopyFrom(node)
-        new.device = ""                  # placement is the runtime's business
-        new.attr.pop("_class", None)     # colocation with nodes a cluster may lack
-        del new.input[:]
-        new.input.extend(r for r in map(resolve, node.input) if r is not None)
-        nodes.append(new)
+    for internal, var in internal_to_var.items():
+        walker.current[internal] = tensor_name(state_inputs[var_index[id(var)]])
+    for n in graph_def.node:
+        if n.name in constants:
+            walker.nodes.append(const(n.name, constants[n.name]))
+        elif n.name in internal_to_var:
+            walker.removed.add(n.name)
+        else:
+            walker.visit(n)
 
     state_outputs = {}
     for internal, var in internal_to_var.items():
         i = var_index[id(var)]
-        if tensor_name(current[internal]) != tensor_name(state_inputs[i]):
-            state_outputs[i] = tensor_name(current[internal])
-    outputs = [tensor_name(resolve(t.name)) for t in concrete_fn.outputs]
+        if tensor_name(walker.current[internal]) != tensor_name(state_inputs[i]):
+            state_outputs[i] = tensor_name(walker.current[internal])
+    outputs = [tensor_name(walker.resolve(t.name)) for t in concrete_fn.outputs]
     inputs = [t.name for t in graph.inputs[:len(graph.inputs) - len(graph.captures)]]
-    fg = FunctionalGraph(nodes, graph_def.library, inputs, variables,
+    fg = FunctionalGraph(walker.nodes, graph_def.library, inputs, variables,
                          [tensor_name(n) for n in state_inputs], outputs, state_outputs, specs)
+    asserted = walker.asserted
     return add_input_checks(rewrite_for_tf_parity(_prune(fg, asserted)), asserted)
+
+
+class _Walker:
+    """Visits nodes in program order, tracking each variable's current value.
+
+    A handle is known by its captured placeholder (the root); Identity copies
+    of it, a function's argument bound to it and a loop's output passing it
+    on are aliases, so an update through one is seen through the others."""
+
+    def __init__(self, library, specs, internal_to_var):
+        self.functions = {f.signature.name: f for f in library.function}
+        self.library, self.specs, self.internal_to_var = library, specs, internal_to_var
+        self.aliases = {internal: internal for internal in internal_to_var}  # name -> root
+        self.current = {}             # root -> tensor holding its value
+        self.renamed = {}             # removed tensor -> replacement tensor
+        self.removed = set()
+        self.nodes = []
+        self.asserted = []            # conditions of the step's assertions
+
+    def resolve(self, name):
+        if name.startswith("^"):
+            return None if name[1:] in self.removed else name
+        return self.renamed.get(tensor_name(name), name)
+
+    def root(self, name):
+        """The variable handle an input names, or None for a value."""
+        if name.startswith("^"):
+            return None
+        return self.aliases.get(tensor_name(name)) or self.aliases.get(node_name(name))
+
+    def visit(self, n):
+        condition = asserted_condition(n, self.library)
+        if condition is not None:         # run for its effect: a check (checks.py)
+            self.asserted.append(tensor_name(self.resolve(condition)))
+            self.renamed[tensor_name(n.name)] = self.asserted[-1]
+            self.removed.add(n.name)
+            return
+        if n.op in _CALLS:
+            self._results(n, self.inline(n.attr["f"].func.name, n.input,
+                                         f"{n.name}/kerasjit_inlined/"))
+            return
+        if n.op in _IFS or n.op in _CASES:
+            self._if_convert(n)
+            return
+        handles = [h for h in map(self.root, n.input) if h]
+        if n.op in LOOPS and handles:      # a recurrent layer's time loop
+            read = {p: self.root(i) for p, i in enumerate(n.input) if self.root(i)}
+            n = loop_over_values(n, self.library, {
+                p: (self.current[h], self.internal_to_var[h]) for p, h in read.items()})
+            for p, h in read.items():      # (the loop passes each handle on)
+                self.aliases[tensor_name(f"{n.name}:{p}")] = h
+                var = self.internal_to_var[h]
+                self.specs[tensor_name(f"{n.name}:{p}")] = tf.TensorSpec(var.shape, var.dtype)
+            handles = []
+        if handles:
+            self._variable_op(n, handles[0])
+            return
+        new = node_def_pb2.NodeDef()
+        new.CopyFrom(n)
+        new.device = ""                  # placement is the runtime's business
+        new.attr.pop("_class", None)     # colocation with nodes a cluster may lack
+        del new.input[:]
+        new.input.extend(r for r in map(self.resolve, n.input) if r is not None)
+        self.nodes.append(new)
+
+    def _variable_op(self, n, handle):
+        if n.op == "Identity":
+            self.aliases[n.name] = handle
+        elif n.op == "ReadVariableOp":
+            self.renamed[tensor_name(n.name)] = self.current[handle]
+        elif n.op == "AssignVariableOp":
+            self.current[handle] = self.resolve(n.input[1])
+        elif n.op == "VariableShape":
+            shape = node(n.name, "Shape", [self.current[handle]],
+                         T=self.internal_to_var[handle].dtype)
+            shape.attr["out_type"].CopyFrom(n.attr["out_type"])
+            self.nodes.append(shape)
+            return
+        elif n.op in _UPDATE_OPS:
+            update = node(n.name + "/value", _UPDATE_OPS[n.op],
+                          [self.current[handle], self.resolve(n.input[1])])
+            update.attr["T"].CopyFrom(n.attr["dtype"])
+            self.nodes.append(update)
+            self.current[handle] = tensor_name(update.name)
+            self.specs[self.current[handle]] = self.specs[tensor_name(n.input[1])]
+        elif n.op not in _INERT_RESOURCE_OPS:
+            raise UnsupportedGraph(f"op {n.op} ('{n.name}') uses a variable in a "
+                                   "way kerasjit cannot turn into dataflow")
+        self.removed.add(n.name)
+
+    def inline(self, name, inputs, prefix):
+        """Visit function `name`'s body, its arguments bound to `inputs`, its
+        nodes named under `prefix`; the tensors it returns."""
+        if name not in self.functions:
+            raise UnsupportedGraph(f"function '{name}' is not in the step's library")
+        inputs = [i for i in inputs if not i.startswith("^")]
+        shapes = [self.specs[tensor_name(i)].shape if tensor_name(i) in self.specs else None
+                  for i in inputs]
+        body = function_def_to_graph(self.functions[name], input_shapes=shapes)
+        for op in body.get_operations():
+            for t in op.outputs:
+                self.specs[prefix + t.name] = tf.TensorSpec(t.shape, t.dtype)
+        arguments = {t.op.name: i for t, i in zip(body.inputs, inputs)}
+        for n in body.as_graph_def().node:
+            if n.name in arguments:
+                source = arguments[n.name]
+                if self.root(source):
+                    self.aliases[prefix + n.name] = self.root(source)
+                else:
+                    self.renamed[tensor_name(prefix + n.name)] = tensor_name(self.resolve(source))
+                self.removed.add(prefix + n.name)
+                continue
+            inner = node_def_pb2.NodeDef()
+            inner.CopyFrom(n)
+            inner.name = prefix + n.name
+            inner.input[:] = [f"^{prefix}{i[1:]}" if i.startswith("^") else prefix + i
+                              for i in n.input]
+            self.visit(inner)
+        return [prefix + t.name for t in body.outputs]
+
+    def _results(self, n, returned):
+        """Bind the outputs of node `n` to the tensors (or handles) `returned`."""
+        for i, t in enumerate(returned):
+            if self.root(t):
+                self.aliases[tensor_name(f"{n.name}:{i}")] = self.root(t)
+            else:
+                self.renamed[tensor_name(f"{n.name}:{i}")] = tensor_name(self.resolve(t))
+        self.removed.add(n.name)
+
+    def _if_convert(self, n):
+        """Every branch of If or Case `n` inlined on the variables as they are;
+        its results and the variables' values then picked by the condition."""
+        if n.op in _IFS:
+            names = [n.attr["then_branch"].func.name, n.attr["else_branch"].func.name]
+        else:
+            names = [f.name for f in n.attr["branches"].list.func]
+        before, branches = dict(self.current), []
+        for b, name in enumerate(names):
+            self.current = dict(before)
+            returned = self.inline(name, n.input[1:], f"{n.name}/kerasjit_branch{b}/")
+            branches.append(([self.root(t) or tensor_name(self.resolve(t)) for t in returned],
+                             self.current))
+        pick = self._picker(n, len(names))
+        self.current = {h: pick(f"{n.name}/{node_name(h)}", [c[h] for _, c in branches])
+                        for h in before}
+        for i, outs in enumerate(zip(*(r for r, _ in branches))):
+            if any(o in self.current for o in outs):       # a handle passed on
+                if len(set(outs)) != 1:
+                    raise UnsupportedGraph(f"the branches of '{n.name}' return different "
+                                           "variables")
+                self.aliases[tensor_name(f"{n.name}:{i}")] = outs[0]
+            else:
+                self.renamed[tensor_name(f"{n.name}:{i}")] = pick(f"{n.name}/out{i}", list(outs))
+        self.removed.add(n.name)
+
+    def _picker(self, n, count):
+        """fn(name, values per branch) -> the tensor of the value branch `n`'s
+        condition picks (out of range, Case's last branch, as TensorFlow does)."""
+        selector = tensor_name(self.resolve(n.input[0]))
+        spec = self.specs[selector]
+        if spec.shape.rank not in (0, None) or not (spec.dtype.is_bool or spec.dtype.is_integer):
+            raise UnsupportedGraph(f"'{n.name}' branches on a {spec.dtype.name} of shape "
+                                   f"{spec.shape}: kerasjit takes a scalar bool or index")
+        conditions = []
+        for k in range(count - 1):
+            if n.op in _IFS and spec.dtype.is_bool:
+                conditions.append(selector)
+                continue
+            value = k if n.op in _CASES else 0       # (If on a number: true unless 0)
+            made = const(f"{n.name}/is{k}/value", np.asarray(value, spec.dtype.as_numpy_dtype))
+            test = node(f"{n.name}/is{k}", "Equal" if n.op in _CASES else "NotEqual",
+                        [selector, made.name], T=spec.dtype)
+            self.nodes += [made, test]
+            self.specs[tensor_name(made.name)] = tf.TensorSpec([], spec.dtype)
+            self.specs[tensor_name(test.name)] = tf.TensorSpec([], tf.bool)
+            conditions.append(tensor_name(test.name))
+
+        def pick(name, values):
+            values = [tensor_name(v) for v in values]
+            chosen = values[-1]
+            for k in reversed(range(count - 1)):
+                if values[k] == chosen:
+                    continue
+                spec = self.specs[tensor_name(values[k])]
+                made = node(f"{name}/pick{k}", "SelectV2", [conditions[k], values[k], chosen],
+                            T=spec.dtype)
+                self.nodes.append(made)
+                chosen = tensor_name(made.name)
+                self.specs[chosen] = spec
+            return chosen
+        return pick
 
 
 def _prune(fg, also=()):

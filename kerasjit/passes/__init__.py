@@ -7,7 +7,8 @@ from .inline_calls import inline_calls
 from .pipeline import DEFAULT_PASSES, PassError, Pipeline, optimize, optimize_as_configured
 from .simplify import simplify
 from .util import replace_all_uses, rewrite
+from .widen_floats import widen_floats
 
 __all__ = ["constant_folding", "cse", "dce", "fold_batch_sums", "inline_calls", "simplify", "DEFAULT_PASSES",
            "PassError", "Pipeline", "optimize", "optimize_as_configured", "replace_all_uses",
-           "rewrite"]
+           "rewrite", "widen_floats"]

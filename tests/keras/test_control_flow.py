@@ -1,6 +1,7 @@
 """Steps with control flow compile whole: a recurrent layer's time loop reads
-its weights as variables, yet the train, test and predict steps are each one
-compiled cluster, and they give plain Keras's results."""
+its weights as variables, an optimizer's branches update them, a grouped
+convolution is a nested function; yet each step is one compiled cluster,
+giving plain Keras's results."""
 import keras
 import numpy as np
 import pytest
@@ -34,6 +35,49 @@ def test_recurrent_steps_compile_whole_and_match_plain_keras(cell):
                                plain.predict(x, batch_size=32, verbose=0), atol=1e-6)
     np.testing.assert_allclose(wrapped.evaluate(x, y, batch_size=32, verbose=0),
                                plain.evaluate(x, y, batch_size=32, verbose=0), rtol=1e-5)
+
+
+def _dense(shape=(8,)):
+    return [keras.Input(shape), keras.layers.Dense(16, activation="relu"),
+            keras.layers.Dense(3, activation="softmax")]
+
+
+SETUPS = {
+    "gradient_accumulation": (_dense, lambda: keras.optimizers.Adam(
+        gradient_accumulation_steps=2)),
+    "ema_overwrite": (_dense, lambda: keras.optimizers.Adam(use_ema=True,
+                                                             ema_overwrite_frequency=3)),
+    "warmup_schedule": (_dense, lambda: keras.optimizers.Adam(
+        keras.optimizers.schedules.CosineDecay(0.0, 100, warmup_target=1e-2, warmup_steps=4))),
+    "grouped_convolution": (lambda: [keras.Input((8, 8, 4)), keras.layers.Conv2D(4, 3, groups=2),
+                                     keras.layers.Flatten(),
+                                     keras.layers.Dense(3, activation="softmax")], lambda: "adam"),
+}
+
+
+@pytest.mark.parametrize("name", SETUPS)
+def test_branches_and_nested_functions_compile_whole_and_match_plain_keras(name):
+    layers, optimizer = SETUPS[name]
+
+    def build():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential(layers())
+        model.compile(optimizer=optimizer(), loss="categorical_crossentropy",
+                      metrics=["accuracy"])
+        return model
+    shape = build().input_shape[1:]
+    x = np.random.default_rng(0).standard_normal((96, *shape)).astype(np.float32)
+    y = np.eye(3, dtype=np.float32)[np.random.default_rng(1).integers(0, 3, 96)]
+    plain, wrapped = build(), kerasjit.wrap(build(), race=False)
+    want = plain.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history
+    got = wrapped.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history
+    assert _kinds(wrapped._kerasjit.train, (x[:16], y[:16])) == ["compiled"]
+    for a, b in zip(wrapped.get_weights(), plain.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    np.testing.assert_allclose(got["loss"], want["loss"], rtol=1e-5)
+    # (the optimizer's own state too: accumulators, EMA copies, iteration count)
+    for a, b in zip(wrapped.optimizer.variables, plain.optimizer.variables):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
 
 
 def test_a_loop_that_updates_a_variable_says_why_it_runs_in_tensorflow():

@@ -19,7 +19,7 @@ from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, ImplicitGemm,
 from ...kernels.storage import loaded
 from . import implicit_gemm, narrow_gemm, parallel
 from .blas import SGEMM_SYMBOL, THREADS_LOCAL_SYMBOL
-from .llvm_types import (I64, PTR, counted_loop, linear, memory_type, register_type,
+from .llvm_types import (I64, PTR, constant, counted_loop, linear, memory_type, register_type,
                          run_time_loop, self_referential_loops, unflatten, while_loop)
 from .module_split import top_level
 from .ops import OpEmitter
@@ -164,9 +164,7 @@ class _KernelBuilder:
 
     def node(self, node, values, env):
         if isinstance(node, Const):
-            ty = register_type(node.dtype)
-            return ir.Constant(ty, float(node.value) if node.dtype in ("f32", "f64")
-                               else int(node.value))
+            return constant(node.dtype, node.value)
         if isinstance(node, Index):
             return env["index"][node.dim]
         if isinstance(node, ChunkIndex):

@@ -3,6 +3,8 @@ every code generator builds on."""
 import numbers
 import re
 
+import ml_dtypes
+import numpy as np
 from llvmlite import ir
 
 from ...errors import Unsupported
@@ -10,7 +12,10 @@ from ...errors import Unsupported
 _REGISTER = {"pred": ir.IntType(1), "s8": ir.IntType(8), "u8": ir.IntType(8),
              "s16": ir.IntType(16), "u16": ir.IntType(16), "s32": ir.IntType(32),
              "u32": ir.IntType(32), "s64": ir.IntType(64), "u64": ir.IntType(64),
-             "f32": ir.FloatType(), "f64": ir.DoubleType()}
+             "f32": ir.FloatType(), "f64": ir.DoubleType(),
+             # 16-bit floats are only stored, loaded and converted (passes/widen_floats.py);
+             # bf16, which llvmlite has no type for, as its bits.
+             "f16": ir.HalfType(), "bf16": ir.IntType(16)}
 
 
 def register_type(dtype):
@@ -29,15 +34,24 @@ def is_float(dtype):
     return dtype in ("f32", "f64")
 
 
+def constant(dtype, value):
+    """An LLVM constant of element type `dtype`."""
+    if dtype == "bf16":
+        return ir.Constant(I16, int(np.asarray(value, ml_dtypes.bfloat16).view(np.uint16)))
+    if dtype in ("f16", "f32", "f64"):
+        return ir.Constant(register_type(dtype), float(value))
+    return ir.Constant(register_type(dtype), int(value))
+
+
 def is_signed(dtype):
     return dtype.startswith("s")
 
 
 def bits(dtype):
-    return register_type(dtype).width if not is_float(dtype) else (32 if dtype == "f32" else 64)
+    return {"f16": 16, "f32": 32, "f64": 64}.get(dtype) or register_type(dtype).width
 
 
-I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+I1, I16, I32, I64 = ir.IntType(1), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 
 

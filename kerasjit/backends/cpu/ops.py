@@ -11,7 +11,7 @@ from llvmlite import ir
 from ...errors import Unsupported
 from ...hlo.opcodes import COMPLEX, FLOAT, INT
 from ..rules import Rule, any_type, rule_for
-from .llvm_types import bits, is_float, is_signed, register_type
+from .llvm_types import I32, bits, is_float, is_signed, register_type
 
 _FCMP = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
@@ -161,6 +161,13 @@ class OpEmitter:
         to = register_type(dst)
         if src == dst:
             return x
+        if src in ("f16", "bf16"):       # (exactly, to f32 first)
+            return self.convert(b, _widened(b, x, src), "f32", dst)
+        if dst in ("f16", "bf16"):
+            wide = x if is_float(src) else self.convert(b, x, src, "f32")
+            if dst == "f16":
+                return b.fptrunc(wide, to)
+            return _bf16(b, b.fptrunc(wide, ir.FloatType()) if src == "f64" else wide)
         if dst == "pred":
             return b.fcmp_unordered("!=", x, ir.Constant(x.type, 0.0)) if is_float(src) \
                 else b.icmp_unsigned("!=", x, ir.Constant(x.type, 0))
@@ -179,6 +186,23 @@ class OpEmitter:
         if to.width > x.type.width:
             return b.sext(x, to) if is_signed(src) else b.zext(x, to)
         return x
+
+
+def _widened(b, x, dtype):
+    """A 16-bit float register as f32."""
+    if dtype == "f16":
+        return b.fpext(x, ir.FloatType())
+    return b.bitcast(b.shl(b.zext(x, I32), ir.Constant(I32, 16)), ir.FloatType())
+
+
+def _bf16(b, x):
+    """f32 -> bf16 bits, rounded to nearest even; a NaN stays a (quiet) NaN."""
+    word = b.bitcast(x, I32)
+    odd = b.and_(b.lshr(word, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+    rounded = b.lshr(b.add(word, b.add(odd, ir.Constant(I32, 0x7FFF))), ir.Constant(I32, 16))
+    quiet = b.or_(b.lshr(word, ir.Constant(I32, 16)), ir.Constant(I32, 0x40))
+    nan = b.fcmp_unordered("uno", x, x)
+    return b.trunc(b.select(nan, quiet, rounded), ir.IntType(16))
 
 
 @dataclass
