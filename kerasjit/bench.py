@@ -65,6 +65,18 @@ def _workloads(args):
         "text_transformer": Workload(workloads.text_transformer,
                                      lambda n: workloads.token_data(n, 40, 1000), 64, args.steps,
                                      ("fit", "evaluate", "predict")),
+        "text_lstm": Workload(lambda jit_compile=False: workloads.text_rnn(
+            "LSTM", jit_compile=jit_compile), lambda n: workloads.token_data(n, 40, 1000), 64,
+            args.steps, ("fit", "evaluate", "predict")),
+        "text_gru": Workload(lambda jit_compile=False: workloads.text_rnn(
+            "GRU", jit_compile=jit_compile), lambda n: workloads.token_data(n, 40, 1000), 64,
+            args.steps, ("fit",)),
+        "mnist_cnn_mixed_f16": Workload(workloads.under_policy("mixed_float16",
+                                                               workloads.mnist_cnn),
+                                        _images((28, 28, 1), 10), 128, args.mnist_steps,
+                                        ("fit",)),
+        "convnext_block": Workload(workloads.convnext_block, _images((32, 32, 3), 10), 64,
+                                   args.steps, ("fit",)),
         f"elephant_cnn_{args.image_size}": Workload(
             lambda jit_compile=False: workloads.elephant_cnn(args.image_size, jit_compile),
             _images((args.image_size, args.image_size, 3), 1), 64, args.cnn_steps, ("fit",)),

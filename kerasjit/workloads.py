@@ -100,6 +100,38 @@ def text_rnn(cell="LSTM", vocab=1000, length=40, units=64, jit_compile=False):
         "binary_crossentropy", jit_compile)
 
 
+def convnext_block(image_size=32, width=32, classes=10, jit_compile=False):
+    """A ConvNeXt-style network: a 4x4 stride-4 stem, one block (a 7x7 grouped
+    convolution with a group per channel, as keras.applications' ConvNeXt
+    builds it; LayerNormalization; a 4x-wide gelu MLP; a residual), pooling,
+    softmax; AdamW."""
+    images = keras.Input((image_size, image_size, 3))
+    x = keras.layers.Conv2D(width, 4, strides=4)(images)
+    y = keras.layers.Conv2D(width, 7, padding="same", groups=width)(x)
+    y = keras.layers.LayerNormalization(epsilon=1e-6)(y)
+    y = keras.layers.Dense(4 * width, activation="gelu")(y)
+    x = x + keras.layers.Dense(width)(y)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(images, keras.layers.Dense(classes, activation="softmax")(x),
+                        name="convnext_block")
+    model.compile(optimizer="adamw", loss="categorical_crossentropy", metrics=["accuracy"],
+                  jit_compile=jit_compile)
+    return model
+
+
+def under_policy(policy, build):
+    """`build` with Keras's global dtype policy (e.g. "mixed_float16") set
+    while it builds the model, and restored after."""
+    def built(*args, **kwargs):
+        before = keras.mixed_precision.global_policy()
+        keras.mixed_precision.set_global_policy(policy)
+        try:
+            return build(*args, **kwargs)
+        finally:
+            keras.mixed_precision.set_global_policy(before)
+    return built
+
+
 def text_transformer(vocab=1000, length=40, width=64, heads=4, dropout=0.1, jit_compile=False):
     """A one-block transformer encoder over tokens: Embedding, MultiHeadAttention
     (einsums with batch dims: batched GEMMs) and a Dense feed-forward on the

@@ -9,7 +9,7 @@ per step.
 """
 from .ir import (Const, GemmCall, ImplicitGemm, Index, Load, LoopKernel, ScatterKernel, WhileLoop,
                  nested_steps, rename_buffer, walk)
-from .storage import touched, writes
+from .storage import loaded, touched, writes
 
 
 def _at_loop_index(node, dims):
@@ -52,10 +52,14 @@ def write_over(steps, new, old):
         return False
     k = writer[0]
     kernel = steps[k]
-    if kernel.reduction or any(old in touched(s) for s in steps[k + 1:]) \
-            or not _reads_only_in_place(kernel, old):
-        return False
     (value,) = [e for b, e in kernel.stores if b == new]
+    # Moved last, the store runs after the kernel's others: it may not read what
+    # they write (an update already made in place, e.g. an optimizer's
+    # accumulator that this update reads as it was).
+    if kernel.reduction or any(old in touched(s) for s in steps[k + 1:]) \
+            or not _reads_only_in_place(kernel, old) \
+            or loaded(value) & {b for b, _ in kernel.stores if b != new}:
+        return False
     kernel.stores = [(b, e) for b, e in kernel.stores if b != new] + [(new, value)]
     _rename(steps, new, old, {})    # later steps read the new value there
     return True

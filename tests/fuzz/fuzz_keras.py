@@ -31,10 +31,6 @@ A model that plain Keras cannot build or train, or whose plain training is
 not finite, is "invalid", not a failure.
 
 Not drawn, for kerasjit bugs this fuzzer found:
-  - GaussianNoise, GaussianDropout: StatelessRandomNormalV2 compiles through
-    XLA's lowering, which makes other normals of the same Philox bits than
-    TensorFlow's kernel (frontend/rewrites.py does TensorFlow's conversion for
-    the uniform floats of Dropout only), so the noise differs from plain Keras.
   - the CosineSimilarity loss, UnitNormalization: keras.ops.normalize is
     x * minimum(rsqrt(sum(x**2)), 1 / epsilon); at a zero vector rsqrt is inf,
     and TensorFlow's RsqrtGrad (and SqrtGrad) give 0 where the incoming
@@ -43,10 +39,6 @@ Not drawn, for kerasjit bugs this fuzzer found:
   - the selu activation: its gradient at exactly 0 (a zero bias on inputs
     that dropout, padding or a ReLU made zero) is scale * alpha through XLA's
     lowering of SeluGrad, and scale in TensorFlow's kernel.
-  - the Hinge and SquaredHinge losses and metrics: their tf.cond (labels 0/1
-    to -1/1) leaves a cluster to TensorFlow, and after
-    keras.backend.clear_session() the next such model's evaluate() can fail
-    in it with "Op type not registered 'compile_loss_hinge_cond_true_N'".
 """
 import argparse
 import dataclasses
@@ -243,10 +235,10 @@ def dense(rng, shape):
 
 ELEMENTWISE = ("Dropout", "BatchNormalization", "LayerNormalization", "Activation", "LeakyReLU",
                "ReLU", "PReLU", "ELU", "Softmax")
-# Not drawn, for kerasjit bugs (see the module's docstring): GaussianNoise and
-# GaussianDropout (normal noise), UnitNormalization (the gradient at a zero vector).
-RARE_ELEMENTWISE = ("AlphaDropout", "RMSNormalization", "GroupNormalization",
-                    "ActivityRegularization", "Rescaling")
+# Not drawn, for a kerasjit bug (see the module's docstring): UnitNormalization
+# (the gradient at a zero vector).
+RARE_ELEMENTWISE = ("AlphaDropout", "GaussianNoise", "GaussianDropout", "RMSNormalization",
+                    "GroupNormalization", "ActivityRegularization", "Rescaling")
 
 
 # Over a single value these leave only rounding noise times 1/sqrt(epsilon), which
@@ -266,8 +258,10 @@ def elementwise(rng, shape):
         kwargs["rate"] = pick(rng, (0.1, 0.25, 0.5))
         if rank > 1 and chance(rng, 0.25):     # one mask for every position
             kwargs["noise_shape"] = (None, *([1] * (rank - 1)), channels)
-    elif kind == "AlphaDropout":
+    elif kind in ("AlphaDropout", "GaussianDropout"):
         kwargs["rate"] = pick(rng, (0.1, 0.3))
+    elif kind == "GaussianNoise":
+        kwargs["stddev"] = pick(rng, (0.1, 0.5))
     elif kind == "BatchNormalization":
         _maybe(rng, kwargs, 0.3, momentum=(0.9, 0.5), epsilon=(1e-5, 0.1), center=False,
                scale=False)
@@ -495,16 +489,19 @@ def draw_objective(rng, shape):
                           Call("losses.MeanAbsolutePercentageError")))
         output = "softplus"
         metrics = ["msle", Call("metrics.Poisson"), Call("metrics.MeanAbsoluteError")]
-    elif target == "binary":       # (no hinge losses or metrics: a kerasjit bug)
+    elif target == "binary":
         output = None if logits else "sigmoid"
-        if chance(rng, 0.3):
+        if chance(rng, 0.15):
+            loss, output = pick(rng, (Call("losses.Hinge"), Call("losses.SquaredHinge"))), "tanh"
+        elif chance(rng, 0.3):
             loss = Call("losses.BinaryFocalCrossentropy", _maybe(
                 rng, {"from_logits": logits}, 0.4, gamma=(1.0, 3.0), apply_class_balancing=True))
         else:
             loss = Call("losses.BinaryCrossentropy", _maybe(
                 rng, {"from_logits": logits}, 0.3, label_smoothing=0.1))
         metrics = ["accuracy", Call("metrics.BinaryAccuracy"),
-                   Call("metrics.BinaryCrossentropy", {"from_logits": logits})]
+                   Call("metrics.BinaryCrossentropy", {"from_logits": logits}),
+                   Call("metrics.Hinge"), Call("metrics.SquaredHinge")]
     elif target == "sparse":
         units, output = classes, None if logits else "softmax"
         loss = Call("losses.SparseCategoricalCrossentropy", {"from_logits": logits})

@@ -110,6 +110,23 @@ def test_dropout_masks_match_plain_keras_exactly(backend):
     np.testing.assert_allclose(jit_h["loss"], plain_h["loss"], rtol=1e-6)
 
 
+@pytest.mark.parametrize("noise", [lambda: keras.layers.GaussianNoise(0.3),
+                                   lambda: keras.layers.GaussianDropout(0.3)],
+                         ids=["gaussian_noise", "gaussian_dropout"])
+def test_normal_noise_matches_plain_keras_exactly(noise):
+    def build(jit_compile=False):
+        model = keras.Sequential([keras.Input((7,)), keras.layers.Dense(9, activation="relu"),
+                                  noise(), keras.layers.Dense(3, activation="softmax")])
+        model.compile(optimizer="adam", loss="categorical_crossentropy", jit_compile=jit_compile)
+        return model
+    x, y = workloads.classification_data(STEPS * 16, (7,), 3)
+    plain_w, plain_h = train(build, x, y, 16, "plain")
+    jit_w, jit_h = train(build, x, y, 16, "cpu")
+    # TensorFlow's own Box-Muller on the same Philox bits (XLA's sampler: ~1e-2 apart)
+    assert max_weight_diff(plain_w, jit_w) < 1e-6
+    np.testing.assert_allclose(jit_h["loss"], plain_h["loss"], rtol=1e-6)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_evaluate_and_predict_match_plain_keras(backend):
     x, y = workloads.classification_data(200, (784,), 10)

@@ -1,6 +1,7 @@
 """Keras's mixed precision policies compile whole: f16 or bf16 layers (and
 mixed_float16's loss scaling, whose branches are if-converted) in one
-compiled cluster, trained as close to plain Keras as Keras+XLA comes."""
+compiled cluster, trained as close to plain Keras as Keras+XLA comes; their
+16-bit dropout masks and noise are TensorFlow's own."""
 import keras
 import numpy as np
 import pytest
@@ -21,7 +22,8 @@ def _train(mode, x, y):
     keras.utils.set_random_seed(0)
     model = keras.Sequential([
         keras.Input((12, 12, 1)), keras.layers.Conv2D(8, 3, activation="relu"),
-        keras.layers.MaxPooling2D(), keras.layers.Flatten(), keras.layers.Dense(3),
+        keras.layers.MaxPooling2D(), keras.layers.Flatten(), keras.layers.Dropout(0.2),
+        keras.layers.GaussianNoise(0.1), keras.layers.Dense(3),
         keras.layers.Activation("softmax", dtype="float32")])
     model.compile(optimizer="adam", loss="categorical_crossentropy", jit_compile=mode == "xla")
     if mode == "kerasjit":

@@ -41,6 +41,17 @@ READ_LATER = """  %w = f32[4,3] parameter(0)
   %total = f32[] reduce(f32[4,3] %both, f32[] %zero), dimensions={0,1}, to_apply=%sum
   ROOT %t = (f32[4,3], f32[]) tuple(f32[4,3] %new, f32[] %total)"""
 
+# Two updates in one loop, the second reading the first variable as it was
+# (an optimizer's linear term reading the old accumulator): once the first is
+# written in place, the second may not be moved after it.
+READS_ANOTHER_OLD = """  %a = f32[4] parameter(0)
+  %b = f32[4] parameter(1)
+  %g = f32[4] parameter(2)
+  %a2 = f32[4] add(f32[4] %a, f32[4] %g)
+  %old = f32[4] multiply(f32[4] %a, f32[4] %g)
+  %b2 = f32[4] add(f32[4] %b, f32[4] %old)
+  ROOT %t = (f32[4], f32[4]) tuple(f32[4] %a2, f32[4] %b2)"""
+
 
 def run(text, donate, seed=0):
     module = parse_module(hlo(text, SUM))
@@ -67,6 +78,11 @@ def test_unsafe_donations_are_refused(text):
     executable, args, outputs = run(text, {0: 0})
     assert executable.program.aliases == {}
     assert not np.shares_memory(outputs[0], args[0])
+
+
+def test_an_update_reading_another_variables_old_value_keeps_it():
+    executable, (a, b, g), (a2, b2) = run(READS_ANOTHER_OLD, {0: 0, 1: 1})
+    assert len(executable.program.aliases) == 1       # one of the two, not both
 
 
 def test_without_donation_parameters_are_never_written():

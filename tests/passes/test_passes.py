@@ -18,12 +18,13 @@ from kerasjit import workloads
 from kerasjit.frontend.bridge import hlo_module, literals_from_proto
 from kerasjit.hlo import Instruction, parse_module, print_module, verify
 from kerasjit.hlo.evaluator import evaluate
-from kerasjit.passes import (DEFAULT_PASSES, PassError, Pipeline, constant_folding, cse, dce,
-                             fold_batch_sums, inline_calls, optimize, replace_all_uses, simplify)
+from kerasjit.passes import (DEFAULT_PASSES, PassError, Pipeline, conditional_to_select,
+                             constant_folding, cse, dce, fold_batch_sums, inline_calls, optimize,
+                             replace_all_uses, simplify)
 
 from tests.support.hlo_args import random_args
 from tests.support.hlo_text import hlo
-from tests.support.loop_text import CALLS
+from tests.support.loop_text import CALLS, INDEX_CONDITIONAL, PRED_CONDITIONAL
 
 
 def assert_same(a, b):
@@ -238,6 +239,18 @@ def test_inline_calls_replaces_every_call_by_its_callee():
     assert len(after.computations) == 1
 
 
+@pytest.mark.parametrize("text, args", [
+    (PRED_CONDITIONAL, [[np.bool_(True)], [np.bool_(False)]]),
+    (INDEX_CONDITIONAL, [[np.int32(k)] for k in (0, 1, 2, 5, -1)])], ids=["pred", "index"])
+def test_conditional_to_select_runs_every_branch_and_picks_one(text, args):
+    x = np.array([1, -2, 3], np.float32)
+    after = Pipeline([conditional_to_select, dce], debug=True)(parse_module(text))
+    assert "conditional" not in print_module(after) and len(after.computations) == 1
+    for selector in args:
+        np.testing.assert_array_equal(evaluate(after, selector + [x]),
+                                      evaluate(parse_module(text), selector + [x]))
+
+
 def test_simplify_keeps_signature_and_alias():
     text = ("HloModule m, input_output_alias={ {0}: (0, {}, may-alias) }\n\nENTRY %main {\n"
             "  %p = f32[4] parameter(0)\n  %q = f32[4] parameter(1)\n"
@@ -445,9 +458,8 @@ def test_dump_to_directory_and_callback(tmp_path):
     seen = []
     optimize(parse_module(PIPELINE_TEXT), dump_dir=lambda name, text: seen.append((name, text)))
     names = [name for name, _ in seen]
-    assert names[:6] == ["inline_calls", "simplify", "constant_folding", "fold_batch_sums",
-                         "cse", "dce"]
-    assert len(names) % 6 == 0
+    assert names[:len(DEFAULT_PASSES)] == [p.__name__ for p in DEFAULT_PASSES]
+    assert len(names) % len(DEFAULT_PASSES) == 0
     assert seen[-1][1] == print_module(result)
 
 
