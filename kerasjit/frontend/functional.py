@@ -23,7 +23,7 @@ from tensorflow.core.framework import node_def_pb2
 from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
 
 from .checks import add_input_checks, asserted_condition
-from .loops import LOOPS, loop_over_values
+from .loops import LOOPS, as_function, retyped_loop, value_arguments
 from .nodes import const, node, node_name, placeholder, tensor_name
 from .rewrites import rewrite_for_tf_parity
 from ..errors import UnsupportedGraph
@@ -141,14 +141,7 @@ class _Walker:
             return
         handles = [h for h in map(self.root, n.input) if h]
         if n.op in LOOPS and handles:      # a recurrent layer's time loop
-            read = {p: self.root(i) for p, i in enumerate(n.input) if self.root(i)}
-            n = loop_over_values(n, self.library, {
-                p: (self.current[h], self.internal_to_var[h]) for p, h in read.items()})
-            for p, h in read.items():      # (the loop passes each handle on)
-                self.aliases[tensor_name(f"{n.name}:{p}")] = h
-                var = self.internal_to_var[h]
-                self.specs[tensor_name(f"{n.name}:{p}")] = tf.TensorSpec(var.shape, var.dtype)
-            handles = []
+            n, handles = self._loop(n), []
         if handles:
             self._variable_op(n, handles[0])
             return
@@ -214,6 +207,56 @@ class _Walker:
                               for i in n.input]
             self.visit(inner)
         return [prefix + t.name for t in body.outputs]
+
+    def _loop(self, n):
+        """While `n` over variables as a loop over their values (loops.py): the
+        new While, after which each variable its body assigns is the loop's
+        output in its place."""
+        read = {p: self.root(i) for p, i in enumerate(n.input) if self.root(i)}
+        changed = set()
+        for key in ("body", "cond"):
+            n.attr[key].func.name, assigned = self._over_values(n.attr[key].func.name, read)
+            changed |= assigned
+        n = retyped_loop(n, {p: (self.current[h], self.internal_to_var[h])
+                             for p, h in read.items()})
+        for p, h in read.items():       # (the loop passes each variable on)
+            out = tensor_name(f"{n.name}:{p}")
+            var = self.internal_to_var[h]
+            self.aliases[out] = h
+            self.specs[out] = tf.TensorSpec(var.shape, var.dtype)
+            if h in changed:
+                self.current[h] = out
+        return n
+
+    def _over_values(self, name, read):
+        """A copy of loop function `name` taking the values of the variables whose
+        handles it takes at positions `read` ({position: root}) and returning
+        their values after it ran in the handles' places; its name and the
+        variables it assigns."""
+        variables = {h: self.internal_to_var[h] for h in read.values()}
+        body = function_def_to_graph(self.functions[name])
+        inner = _Walker(self.library, {}, self.internal_to_var)
+        for op in body.get_operations():
+            for t in op.outputs:
+                inner.specs[t.name] = tf.TensorSpec(t.shape, t.dtype)
+        arguments = value_arguments(body, read, variables)
+        for p, h in read.items():
+            inner.aliases[arguments[p].name] = h
+            inner.current[h] = tensor_name(arguments[p].name)
+            inner.specs[tensor_name(arguments[p].name)] = tf.TensorSpec(variables[h].shape,
+                                                                        variables[h].dtype)
+        for t, argument in zip(body.inputs, arguments):
+            if t.op.name not in read.values():
+                inner.specs.setdefault(t.name, tf.TensorSpec(t.shape, t.dtype))
+        taken = {a.name for a in arguments}
+        for m in body.as_graph_def().node:
+            if m.name not in taken:
+                inner.visit(m)
+        results = [tensor_name(inner.current[inner.root(t.name)] if inner.root(t.name)
+                               else inner.resolve(t.name)) for t in body.outputs]
+        assigned = {h for p, h in read.items()
+                    if tensor_name(inner.current[h]) != tensor_name(arguments[p].name)}
+        return as_function(inner.nodes, self.library, arguments, results, name), assigned
 
     def _results(self, n, returned):
         """Bind the outputs of node `n` to the tensors (or handles) `returned`."""

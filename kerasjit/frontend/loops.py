@@ -1,29 +1,68 @@
-"""While loops that read variables, made loops over values.
+"""While loops over variables, made loops over values.
 
 A recurrent layer's time loop receives its weights as variable handles and
-reads them in its body. Here such a loop instead receives the weights' values
-(at the point of the loop in program order), and its body and condition are
-copies whose reads of those arguments are the arguments themselves; the
-bridge then lowers it like any other loop. A loop that assigns a variable,
-or hands one on to an op other than a read, stays as it is (the caller says
-why it is not compiled).
+reads them in its body; a loop may also assign a variable. Such a loop here
+receives the variables' values instead (as they are at the loop, in program
+order), and its body is walked like the step itself (functional.py: reads
+see the latest value, assignments make a new one, calls are inlined and
+branches if-converted) into a new body that returns each variable's value
+after one iteration in the handle's place: the variable becomes loop-carried
+state, and the loop's output there is its value after the loop. The bridge
+then lowers it like any other loop.
 """
-from tensorflow.core.framework import function_pb2
+import itertools
+
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
 from tensorflow.python.eager import context
 
-from ..errors import UnsupportedGraph
+from .nodes import placeholder, tensor_name
 
 LOOPS = ("While", "StatelessWhile")
+_names = itertools.count()
 
 
-def loop_over_values(loop, library, values):
-    """`loop` (a While NodeDef, changed in place) reading the values `values`
-    ({input position: (value tensor, tf.Variable)}) instead of the handles
-    there; its body and condition copied into `library`."""
-    dtypes = {p: var.dtype for p, (_, var) in values.items()}
-    for key in ("body", "cond"):
-        name = loop.attr[key].func.name
-        loop.attr[key].func.name = _with_values(library, name, dtypes, loop.name)
+def as_function(nodes, library, arguments, results, name):
+    """Register, in `library` and in the eager context (where the bridge looks
+    called functions up), a function of placeholders `arguments` (NodeDefs)
+    computing the tensors `results` via `nodes`; its name, `name` made unique."""
+    graph_def = graph_pb2.GraphDef()
+    graph_def.node.extend(nodes)
+    graph_def.library.CopyFrom(library)
+    names = [tensor_name(a.name) for a in arguments]
+    used = {tensor_name(i) for m in nodes for i in m.input if not i.startswith("^")}
+    computed = [r for r in results if r not in names]
+
+    def run(*values):
+        given = dict(zip(names, values))      # (the placeholders themselves stay out)
+        made = dict(zip(computed, tf.graph_util.import_graph_def(
+            graph_def, input_map={k: v for k, v in given.items() if k in used},
+            return_elements=computed, name=""))) if computed else {}
+        return [given[r] if r in given else made[r] for r in results]
+    specs = [tf.TensorSpec(tf.TensorShape(a.attr["shape"].shape), a.attr["dtype"].type)
+             for a in arguments]
+    fn = tf.function(run, autograph=False).get_concrete_function(*specs).function_def
+    fn.signature.name = f"{name}_over_values_{next(_names)}"
+    library.function.append(fn)
+    context.context().add_function_def(fn)
+    return fn.signature.name
+
+
+def value_arguments(body, read, variables):
+    """Placeholders for the arguments of function graph `body`, those at the
+    positions `read` ({position: root handle}) holding the value of variable
+    `variables[root]` instead of its handle."""
+    made = []
+    for p, t in enumerate(body.inputs):
+        var = variables.get(read.get(p))
+        made.append(placeholder(t.op.name, var.dtype, var.shape) if var is not None
+                    else placeholder(t.op.name, t.dtype, t.shape))
+    return made
+
+
+def retyped_loop(loop, values):
+    """`loop` (a While NodeDef, changed in place) taking `values` ({input
+    position: (value tensor, tf.Variable)}) where it took handles."""
     for p, (tensor, var) in values.items():
         loop.input[p] = tensor
         loop.attr["T"].list.type[p] = var.dtype.as_datatype_enum
@@ -31,47 +70,3 @@ def loop_over_values(loop, library, values):
             loop.attr["output_shapes"].list.shape[p].CopyFrom(var.shape.as_proto())
     loop.attr.pop("_read_only_resource_inputs", None)
     return loop
-
-
-def _with_values(library, name, dtypes, where):
-    """The name of a copy of function `name` in `library` whose arguments at
-    positions `dtypes` are values of those types, where it read them as variables."""
-    original = next(f for f in library.function if f.signature.name == name)
-    fn = function_pb2.FunctionDef()
-    fn.CopyFrom(original)
-    fn.signature.name = f"{name}_over_values"
-    if any(f.signature.name == fn.signature.name for f in library.function):
-        return fn.signature.name
-    handles = {}                  # name a handle is read through -> its dtype
-    for p, dtype in dtypes.items():
-        arg = fn.signature.input_arg[p]
-        arg.type = dtype.as_datatype_enum
-        handles[arg.name] = dtype
-        fn.arg_attr.pop(p, None)          # (the handle's dtype and shape annotations)
-    outputs = {}                  # "node:value:0" of a read -> "node:output:0"
-    for node in fn.node_def:
-        node.input[:] = [outputs.get(i, i) for i in node.input]
-        read = [i for i in node.input if i.split(":")[0] in handles]
-        if not read:
-            continue
-        dtype = handles[read[0].split(":")[0]]
-        if node.op not in ("ReadVariableOp", "Identity"):
-            raise UnsupportedGraph(f"loop '{where}' hands a variable to {node.op} "
-                                   f"('{node.name}'): kerasjit compiles loops that only read them")
-        if node.op == "ReadVariableOp":   # the value itself, under the name the reads use
-            outputs[f"{node.name}:value:0"] = f"{node.name}:output:0"
-            node.op = "Identity"
-            node.attr.pop("dtype")
-        else:                             # an alias of the handle: reads through it too
-            handles[node.name] = dtype
-            outputs[f"{node.name}:output:0"] = f"{node.name}:output:0"
-        node.attr["T"].type = dtype.as_datatype_enum
-    for out in fn.signature.output_arg:
-        value = fn.ret[out.name] = outputs.get(fn.ret[out.name], fn.ret[out.name])
-        if value.split(":")[0] in handles:        # a handle passed on: now its value
-            out.type = handles[value.split(":")[0]].as_datatype_enum
-    library.function.append(fn)
-    # The bridge looks called functions up in the eager context, where tracing
-    # registered the originals.
-    context.context().add_function_def(fn)
-    return fn.signature.name

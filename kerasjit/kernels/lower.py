@@ -278,7 +278,7 @@ class _Lowering:
         unready = set().union(*map(writes, self.steps[pos:]))
         try:
             value = self._expr_in(inst, index, values, unready, pos)
-        except _NotInKernel:
+        except (_NotInKernel, Unsupported):   # (e.g. a loop's result, which only a load reads)
             return None
         if len(self.steps) != steps:  # it materialised something, which runs after the kernel
             return None

@@ -94,3 +94,28 @@ def test_nested_functions_updating_a_variable_are_inlined():
     (got, got_vars), (want, want_vars) = _run_both(_nested, (x,), (x,))
     np.testing.assert_allclose(got, want)
     np.testing.assert_allclose(got_vars[0], want_vars[0])
+
+
+def _looped():
+    total, scale = tf.Variable(np.zeros(2, np.float32)), tf.Variable(np.float32(0.5))
+
+    def step(x):
+        def body(i, acc):
+            def grow():
+                total.assign_add(x * scale)
+                return acc + tf.reduce_sum(total)
+
+            def shrink():
+                scale.assign(scale * 2.0)
+                return acc - 1.0
+            return i + 1, tf.cond(i % 2 == 0, grow, shrink)
+        return tf.while_loop(lambda i, _: i < 5, body, (0, 0.0))[1] + scale
+    return step, [total, scale]
+
+
+def test_loop_assigning_variables_in_a_branch_of_its_body():
+    x = np.array([1, -0.5], np.float32)
+    (got, got_vars), (want, want_vars) = _run_both(_looped, (x,), (x,))
+    np.testing.assert_allclose(got, want)
+    for g, w in zip(got_vars, want_vars):
+        np.testing.assert_allclose(g, w)

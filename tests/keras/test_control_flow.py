@@ -5,6 +5,7 @@ giving plain Keras's results."""
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import kerasjit
 from kerasjit import workloads
@@ -80,16 +81,37 @@ def test_branches_and_nested_functions_compile_whole_and_match_plain_keras(name)
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
 
 
-def test_a_loop_that_updates_a_variable_says_why_it_runs_in_tensorflow():
-    counter = keras.Variable(0.0)
+class CountedLoop(keras.layers.Layer):
+    """Counts its loop's iterations in a variable: a loop that assigns one,
+    which kerasjit makes loop-carried state."""
 
-    def step(x):
-        import tensorflow as tf
+    def build(self, shape):
+        self.turns = self.add_weight(shape=(), initializer="zeros", trainable=False)
+        self.scale = self.add_weight(shape=shape[1:], initializer="ones")
 
+    def call(self, x):
         def body(i, total):
-            counter.assign_add(1.0)
-            return i + 1, total + x[i]
-        return tf.while_loop(lambda i, _: i < 3, body, (0, 0.0))[1]
-    with pytest.warns(RuntimeWarning, match="only read them|cannot turn into dataflow"):
-        out = kerasjit.jit(step, race=False)(np.arange(4, dtype=np.float32))
-    assert float(np.asarray(out)) == 3.0
+            self.turns.assign_add(1.0)
+            return i + 1, total + x * self.scale * self.turns
+        return tf.while_loop(lambda i, _: i < 3, body, (0, x), maximum_iterations=3)[1]
+
+
+def test_a_loop_assigning_a_variable_compiles_and_matches_plain_keras():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(48, 4)).astype(np.float32)
+    y = keras.utils.to_categorical(rng.integers(0, 3, 48), 3)
+
+    def build():
+        keras.utils.set_random_seed(5)
+        model = keras.Sequential([keras.Input((4,)), CountedLoop(),
+                                  keras.layers.Dense(3, activation="softmax")])
+        model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"])
+        return model
+    plain, wrapped = build(), kerasjit.wrap(build(), race=False)
+    want = plain.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history
+    got = wrapped.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history
+    assert _kinds(wrapped._kerasjit.train, (x[:16], y[:16])) == ["compiled"]
+    np.testing.assert_allclose(got["loss"], want["loss"], rtol=1e-5)
+    for a, b in zip(wrapped.get_weights(), plain.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert float(wrapped.layers[0].turns.numpy()) == 3 * 6 == float(plain.layers[0].turns.numpy())

@@ -156,41 +156,6 @@ def test_a_step_that_cannot_be_made_dataflow_runs_whole_in_tensorflow_with_a_war
     assert cluster.kind == "tensorflow" and "ResourceScatterNdAdd" in cluster.reason
 
 
-class CountedLoop(keras.layers.Layer):
-    """Counts its loop's iterations in a variable: a loop that assigns one."""
-
-    def build(self, shape):
-        self.turns = self.add_weight(shape=(), initializer="zeros", trainable=False)
-
-    def call(self, x):
-        def body(i, total):
-            self.turns.assign_add(1.0)
-            return i + 1, total + x
-        return tf.while_loop(lambda i, _: i < 3, body, (0, x))[1]
-
-
-def test_a_loop_assigning_a_variable_trains_whole_in_tensorflow_as_plain_keras_does():
-    rng = np.random.default_rng(1)
-    x = rng.normal(size=(48, 4)).astype(np.float32)
-    y = keras.utils.to_categorical(rng.integers(0, 3, 48), 3)
-
-    def build():
-        keras.utils.set_random_seed(5)
-        model = keras.Sequential([keras.Input((4,)), CountedLoop(),
-                                  keras.layers.Dense(3, activation="softmax")])
-        model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"])
-        return model
-    plain = build()
-    plain_history = plain.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history
-    with pytest.warns(RuntimeWarning, match="train_step runs in TensorFlow: .*hands a variable to Assign"):
-        wrapped = kerasjit.wrap(build())
-        history = wrapped.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history
-    assert history == plain_history
-    for a, b in zip(wrapped.get_weights(), plain.get_weights()):
-        np.testing.assert_array_equal(a, b)
-    np.testing.assert_array_equal(wrapped.predict(x, verbose=0), plain.predict(x, verbose=0))
-
-
 def test_a_loop_over_tensors_compiles_with_the_rest():
     def f(x):
         def body(i, total, seen):
