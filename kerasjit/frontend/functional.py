@@ -245,9 +245,6 @@ class _Walker:
             inner.current[h] = tensor_name(arguments[p].name)
             inner.specs[tensor_name(arguments[p].name)] = tf.TensorSpec(variables[h].shape,
                                                                         variables[h].dtype)
-        for t, argument in zip(body.inputs, arguments):
-            if t.op.name not in read.values():
-                inner.specs.setdefault(t.name, tf.TensorSpec(t.shape, t.dtype))
         taken = {a.name for a in arguments}
         for m in body.as_graph_def().node:
             if m.name not in taken:
