@@ -7,7 +7,6 @@ only when a GPU is asked for (backend="gpu", or "auto" with CuPy installed).
 """
 from ...compiler import Backend
 from ...errors import DeviceCompilerError
-from ...kernels.ir import WhileLoop
 from ...kernels.lower import lower
 from .cuda_render import kernel_names, render_program
 from .device import GpuUnavailable, open_device
@@ -37,8 +36,6 @@ class GpuBackend(Backend):
     def build(self, module, donate):
         """Kernels of optimised `module` for the device."""
         program = lowered(module, donate)
-        if any(isinstance(step, WhileLoop) for step in program.steps):
-            raise DeviceCompilerError("the GPU backend does not run while loops yet")
         self._count += 1
         name = f"cluster{self._count}"
         source, kernels = render_program(program, name)

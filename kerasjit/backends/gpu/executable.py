@@ -3,7 +3,8 @@
 Buffers have fixed device addresses for the executable's life and their
 table is uploaded once, so every call's launches are the same: after the first
 call they are captured as one CUDA graph and replayed (not for clusters with
-GEMMs: CuPy's cuBLAS calls refuse a capturing stream). Arguments are copied
+GEMMs: CuPy's cuBLAS calls refuse a capturing stream; nor with while loops,
+whose condition the host reads on each iteration). Arguments are copied
 into the parameter buffers, except a donated array this executable handed
 out; outputs are copied out, except donated ones. `device` (device.py)
 supplies memory, kernels and cuBLAS; tests use a host emulation of it.
@@ -12,7 +13,7 @@ import threading
 
 from ...compiler import Executable
 from ...hlo.shape import DTYPES
-from ...kernels.ir import ChunkLoop, GemmCall
+from ...kernels.ir import ChunkLoop, GemmCall, WhileLoop
 from .. import one_call_at_a_time
 from .cuda_render import launch_threads
 
@@ -42,9 +43,10 @@ class GpuExecutable(Executable):
         self._flat = [a.reshape(-1) for a in self._arrays]
         self._launches = self._schedule(program.steps, functions)
         self._graph, self._calls = None, 0
-        # CuPy refuses cuBLAS calls while a stream is being captured: a cluster
-        # with GEMMs launches its steps one by one.
-        self._capturable = not any(launch[0] == "gemm" for launch in self._launches)
+        # CuPy refuses cuBLAS calls while a stream is being captured, and a
+        # graph cannot branch: a cluster with GEMMs or loops launches its
+        # steps one by one.
+        self._capturable = not any(launch[0] in ("gemm", "while") for launch in self._launches)
         self._staging = {}      # pinned upload buffers, per parameter buffer
 
     @property
@@ -53,23 +55,33 @@ class GpuExecutable(Executable):
             a.nbytes for b, a in zip(self.program.buffers, self._arrays) if b.role == "constant")
 
     def _schedule(self, steps, functions, chunk=0):
-        """The call's launches in order: ("kernel", function, threads wanted, chunk)
-        and ("gemm", GemmCall, chunk), ChunkLoops unrolled."""
+        """The call's launches in order: ("kernel", function, threads wanted, chunk),
+        ("gemm", GemmCall, chunk) and ("while", test's launches, condition buffer,
+        body's launches); ChunkLoops unrolled."""
         launches = []
         for step in steps:
             if isinstance(step, ChunkLoop):
                 for c in range(step.count):
                     launches += self._schedule(step.steps, functions, c)
+            elif isinstance(step, WhileLoop):
+                launches.append(("while", self._schedule(step.test, functions, chunk),
+                                 step.condition, self._schedule(step.body, functions, chunk)))
             elif isinstance(step, GemmCall):
                 launches.append(("gemm", step, chunk))
             else:
                 launches.append(("kernel", functions[id(step)], launch_threads(step), chunk))
         return launches
 
-    def _launch_all(self):
+    def _launch_all(self, launches=None):
         device, flat = self.device, self._flat
-        for launch in self._launches:
-            if launch[0] == "gemm":
+        for launch in self._launches if launches is None else launches:
+            if launch[0] == "while":      # the host reads the condition each iteration
+                _, test, condition, body = launch
+                self._launch_all(test)
+                while bool(flat[condition][0]):
+                    self._launch_all(body)
+                    self._launch_all(test)
+            elif launch[0] == "gemm":
                 _, call, chunk = launch
                 device.gemm(call, flat[call.out], flat[call.lhs], flat[call.rhs], chunk)
             else:

@@ -26,10 +26,13 @@ from kerasjit.compiler import OnHost
 from kerasjit.backends.gpu.device import CupyDevice
 from kerasjit.backends.gpu.executable import GpuExecutable
 from kerasjit.frontend.bridge import hlo_module
+from kerasjit.hlo import parse_module
 from kerasjit.hlo.evaluator import evaluate
 from kerasjit.arrays import host
 
 from tests.support.cuda_host import HostDevice
+from tests.hlo.test_control_flow import _rnn_with_grads
+from tests.support.loop_text import LIST_LOOP, NESTED, RNG_LOOP
 from tests.support.structured_cases import DOT_CONV_POOL, LOOP_ONLY
 
 
@@ -219,3 +222,24 @@ def test_cpu_only_install_never_imports_cupy():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
 
+
+
+@pytest.mark.parametrize("text", [LIST_LOOP, NESTED, RNG_LOOP], ids=["list", "nested", "rng"])
+def test_while_loops_run_their_launches_until_the_condition_fails(backend, text):
+    module = parse_module(text)
+    args = ([np.arange(15, dtype=np.float32).reshape(5, 3) / 7,
+             np.array([0.5, -1.0, 2.0], np.float32)] if text is LIST_LOOP else
+            [np.array([1, 2], np.float32), np.array([10, 20], np.float32)] if text is NESTED else
+            [np.array([42, 7, 0], np.uint64)])
+    want = evaluate(parse_module(text), args)
+    executable = backend.compile(module)
+    assert isinstance(executable, GpuExecutable)
+    for _ in range(3):                 # (never captured: the host reads each condition)
+        for g, w in zip([host(g) for g in executable(list(args))], want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_recurrent_net_and_its_gradient(backend):
+    rng = np.random.default_rng(1)
+    args = [rng.standard_normal(s).astype(np.float32) / 2 for s in [(7, 4, 3), (3, 5), (5, 5)]]
+    check_against_evaluator(backend, _rnn_with_grads, args)
