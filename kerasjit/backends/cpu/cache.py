@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import pathlib
-import re
 import secrets
 import stat
 import warnings
@@ -22,9 +21,11 @@ import warnings
 import llvmlite
 import numpy as np
 
-from ...hlo import print_module
+from ...hlo.attributes import COMPUTATION_ATTRS, COMPUTATION_LIST_ATTRS
+from ...hlo.printer import format_attr, format_literal
 from ...hlo.shape import DTYPES
 from ...kernels.ir import Buffer, FusionDecision, KernelProgram
+from ...passes.util import ANNOTATION_ATTRS
 
 FORMAT = 4     # bump when what an entry holds changes
 MAGIC = b"kerasjit-cache"
@@ -46,12 +47,32 @@ def cache_dir():
 
 
 def fingerprint(module):
-    """The module's text with its own and its computations' names made positional:
-    TensorFlow numbers every trace anew, which must not defeat the cache."""
-    text = print_module(module).replace(f"HloModule {module.name}", "HloModule m", 1)
-    for i, comp in enumerate(module.computations):
-        text = re.sub(rf"%{re.escape(comp.name)}\b(?![.\w])", f"%computation{i}", text)
-    return text
+    """What decides the module's code, names aside: its instructions and
+    computations numbered by position, without metadata. TensorFlow numbers
+    every trace anew, and a second copy of a model (layers `dense_1` where
+    the first had `dense`) must find the first one's code."""
+    index = {comp: i for i, comp in enumerate(module.computations)}
+    number = {inst: f"{i}.{k}" for comp, i in index.items()
+              for k, inst in enumerate(comp.instructions)}
+
+    def attr(key, value):
+        if key in COMPUTATION_ATTRS:
+            return f"c{index[value]}"
+        if key in COMPUTATION_LIST_ATTRS:
+            return ",".join(f"c{index[c]}" for c in value)
+        return format_attr(key, value)
+    lines = [f"aliases {sorted(module.input_output_alias.items())}",
+             f"entry c{index[module.entry]}"]
+    for comp, i in index.items():
+        lines.append(f"c{i} root {number[comp.root]}")
+        for inst in comp.instructions:
+            content = (format_literal(inst.literal, inst.shape.dtype) if inst.literal is not None
+                       else inst.parameter_number)
+            attrs = [f"{k}={attr(k, v)}" for k, v in inst.attrs.items()
+                     if k not in ANNOTATION_ATTRS]
+            lines.append(f"{number[inst]} {inst.shape.with_layout()} {inst.opcode} {content} "
+                         f"{[number[op] for op in inst.operands]} {attrs}")
+    return "\n".join(lines)
 
 
 @functools.cache

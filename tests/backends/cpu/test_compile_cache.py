@@ -76,6 +76,18 @@ def test_second_compile_is_a_cache_hit(compile_cache_dir, monkeypatch):
     assert executable.kernels                 # explain() still shows the kernels
 
 
+def test_the_key_ignores_names_and_metadata_not_values():
+    """A second copy of a model (layers named `dense_1` where the first had
+    `dense`) finds the first one's code; another constant does not."""
+    def renamed(x, w):
+        with tf.name_scope("another_layer"):
+            return fn(x, w)
+    key = cache.fingerprint
+    assert key(hlo_module(renamed, *ARGS)) == key(hlo_module(fn, *ARGS))
+    assert "another_layer" in str(hlo_module(renamed, *ARGS))
+    assert key(hlo_module(other, *ARGS)) != key(hlo_module(fn, *ARGS))
+
+
 @pytest.mark.parametrize("profiled", ["", "1"])
 def test_a_loaded_record_is_the_built_one(compile_cache_dir, monkeypatch, builds, profiled):
     monkeypatch.setenv("KERASJIT_PROFILE_KERNELS", profiled)    # counters: None, or a tuple
