@@ -10,7 +10,7 @@ run again in TensorFlow, whose kernel raises its own error.
 import numpy as np
 import tensorflow as tf
 
-from .nodes import const, node, node_name, tensor_name
+from .nodes import Builder, node, node_name, tensor_name
 
 _NAME = "kerasjit_checks"
 
@@ -79,30 +79,24 @@ _CHECKED = {
 
 def _in_range(fg, index, bounds, negatives_fail, name):
     """Nodes computing whether every element of `index` is within `bounds`
-    (their specs added to fg's)."""
+    (their specs added to fg's); the last one holds the verdict."""
     spec = fg.specs[tensor_name(index)]
-    dtype = spec.dtype
-    below = const(f"{name}/bounds", np.asarray(bounds, dtype.as_numpy_dtype))
-    made = [below, node(f"{name}/below", "Less", [index, below.name], T=dtype)]
+    dtype, shape = spec.dtype, spec.shape
+    b = Builder(name, fg.specs)
+    within = b.op("below", "Less", [index, b.const("bounds", np.asarray(bounds,
+                                                                        dtype.as_numpy_dtype))],
+                  shape, tf.bool, T=dtype)
     if negatives_fail:
-        zero = const(f"{name}/zero", np.zeros((), dtype.as_numpy_dtype))
-        made += [zero, node(f"{name}/not_negative", "GreaterEqual", [index, zero.name], T=dtype),
-                 node(f"{name}/within", "LogicalAnd", [made[1].name, f"{name}/not_negative"])]
-    flat = const(f"{name}/flat", np.array([-1], np.int32))
-    axis = const(f"{name}/axis", np.int32(0))
-    made += [flat, axis,
-             node(f"{name}/all_flat", "Reshape", [made[-1].name, flat.name], T=tf.bool,
-                  Tshape=tf.int32),
-             node(f"{name}/ok", "All", [f"{name}/all_flat", axis.name], Tidx=tf.int32)]
-    made[-1].attr["keep_dims"].b = False
-    for m in made:
-        fg.specs[tensor_name(m.name)] = (
-            tf.TensorSpec([], tf.bool) if m.op == "All" else
-            tf.TensorSpec([spec.shape.num_elements()], tf.bool) if m.op == "Reshape" else
-            tf.TensorSpec(spec.shape, tf.bool) if m.op != "Const" else
-            tf.TensorSpec(np.shape(tf.make_ndarray(m.attr["value"].tensor)),
-                          m.attr["dtype"].type))
-    return made
+        zero = b.const("zero", np.zeros((), dtype.as_numpy_dtype))
+        not_negative = b.op("not_negative", "GreaterEqual", [index, zero], shape, tf.bool,
+                            T=dtype)
+        within = b.op("within", "LogicalAnd", [within, not_negative], shape, tf.bool)
+    flat = b.op("all_flat", "Reshape", [within, b.const("flat", np.array([-1], np.int32))],
+                [shape.num_elements()], tf.bool, T=tf.bool, Tshape=tf.int32)
+    verdict = b.op("ok", "All", [flat, b.const("axis", np.int32(0))], [], tf.bool,
+                   Tidx=tf.int32)
+    verdict.attr["keep_dims"].b = False
+    return b.nodes
 
 
 _GUARD_OPS = {"Assert", "NoOp", "Identity", "Const"}

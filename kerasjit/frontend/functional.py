@@ -24,7 +24,7 @@ from tensorflow.python.framework.function_def_to_graph import function_def_to_gr
 
 from .checks import add_input_checks, asserted_condition
 from .loops import LOOPS, as_function, retyped_loop, value_arguments
-from .nodes import const, node, node_name, placeholder, tensor_name
+from .nodes import Builder, const, node, node_name, placeholder, tensor_name
 from .rewrites import rewrite_for_tf_parity
 from ..errors import UnsupportedGraph
 
@@ -181,15 +181,10 @@ class _Walker:
     def inline(self, name, inputs, prefix):
         """Visit function `name`'s body, its arguments bound to `inputs`, its
         nodes named under `prefix`; the tensors it returns."""
-        if name not in self.functions:
-            raise UnsupportedGraph(f"function '{name}' is not in the step's library")
         inputs = [i for i in inputs if not i.startswith("^")]
         shapes = [self.specs[tensor_name(i)].shape if tensor_name(i) in self.specs else None
                   for i in inputs]
-        body = function_def_to_graph(self.functions[name], input_shapes=shapes)
-        for op in body.get_operations():
-            for t in op.outputs:
-                self.specs[prefix + t.name] = tf.TensorSpec(t.shape, t.dtype)
+        body = self._body(name, self.specs, prefix, shapes)
         arguments = {t.op.name: i for t, i in zip(body.inputs, inputs)}
         for n in body.as_graph_def().node:
             if n.name in arguments:
@@ -207,6 +202,17 @@ class _Walker:
                               for i in n.input]
             self.visit(inner)
         return [prefix + t.name for t in body.outputs]
+
+    def _body(self, name, specs, prefix="", shapes=None):
+        """Function `name` as a graph (its arguments' shapes `shapes` if known),
+        the specs of its tensors recorded in `specs` under `prefix`."""
+        if name not in self.functions:
+            raise UnsupportedGraph(f"function '{name}' is not in the step's library")
+        body = function_def_to_graph(self.functions[name], input_shapes=shapes)
+        for op in body.get_operations():
+            for t in op.outputs:
+                specs[prefix + t.name] = tf.TensorSpec(t.shape, t.dtype)
+        return body
 
     def _loop(self, n):
         """While `n` over variables as a loop over their values (loops.py): the
@@ -234,11 +240,8 @@ class _Walker:
         their values after it ran in the handles' places; its name and the
         variables it assigns."""
         variables = {h: self.internal_to_var[h] for h in read.values()}
-        body = function_def_to_graph(self.functions[name])
         inner = _Walker(self.library, {}, self.internal_to_var)
-        for op in body.get_operations():
-            for t in op.outputs:
-                inner.specs[t.name] = tf.TensorSpec(t.shape, t.dtype)
+        body = self._body(name, inner.specs)
         arguments = value_arguments(body, read, variables)
         for p, h in read.items():
             inner.aliases[arguments[p].name] = h
@@ -298,32 +301,28 @@ class _Walker:
         if spec.shape.rank not in (0, None) or not (spec.dtype.is_bool or spec.dtype.is_integer):
             raise UnsupportedGraph(f"'{n.name}' branches on a {spec.dtype.name} of shape "
                                    f"{spec.shape}: kerasjit takes a scalar bool or index")
+        b = Builder(n.name, self.specs, self.nodes)
         conditions = []
         for k in range(count - 1):
             if n.op in _IFS and spec.dtype.is_bool:
                 conditions.append(selector)
                 continue
             value = k if n.op in _CASES else 0       # (If on a number: true unless 0)
-            made = const(f"{n.name}/is{k}/value", np.asarray(value, spec.dtype.as_numpy_dtype))
-            test = node(f"{n.name}/is{k}", "Equal" if n.op in _CASES else "NotEqual",
-                        [selector, made.name], T=spec.dtype)
-            self.nodes += [made, test]
-            self.specs[tensor_name(made.name)] = tf.TensorSpec([], spec.dtype)
-            self.specs[tensor_name(test.name)] = tf.TensorSpec([], tf.bool)
+            test = b.op(f"is{k}", "Equal" if n.op in _CASES else "NotEqual",
+                        [selector, b.const(f"is{k}/value",
+                                           np.asarray(value, spec.dtype.as_numpy_dtype))],
+                        [], tf.bool, T=spec.dtype)
             conditions.append(tensor_name(test.name))
 
         def pick(name, values):
             values = [tensor_name(v) for v in values]
             chosen = values[-1]
             for k in reversed(range(count - 1)):
-                if values[k] == chosen:
-                    continue
-                spec = self.specs[tensor_name(values[k])]
-                made = node(f"{name}/pick{k}", "SelectV2", [conditions[k], values[k], chosen],
-                            T=spec.dtype)
-                self.nodes.append(made)
-                chosen = tensor_name(made.name)
-                self.specs[chosen] = spec
+                if values[k] != chosen:
+                    value = self.specs[values[k]]
+                    chosen = tensor_name(b.op("", "SelectV2", [conditions[k], values[k], chosen],
+                                              value.shape, value.dtype,
+                                              full_name=f"{name}/pick{k}", T=value.dtype).name)
             return chosen
         return pick
 

@@ -35,3 +35,30 @@ def placeholder(name, dtype, shape):
     made = node(name, "Placeholder", [], dtype=dtype)
     made.attr["shape"].shape.CopyFrom(tf.TensorShape(shape).as_proto())
     return made
+
+
+class Builder:
+    """Nodes named under `base`, appended to `nodes` (a new list by default),
+    their output specs recorded in `specs`."""
+
+    def __init__(self, base, specs, nodes=None):
+        self.base, self.specs = base, specs
+        self.nodes = [] if nodes is None else nodes
+
+    def const(self, name, value):
+        made = const(f"{self.base}/{name}", value)
+        return self._add(made, np.shape(value), np.asarray(value).dtype)
+
+    def op(self, name, op, inputs, shape, element_type, outputs=1, full_name=None, **attrs):
+        """Node `op` of `inputs` (nodes or tensor names) named `name` under the
+        base (or `full_name`); `element_type` and `shape`: its outputs';
+        `attrs`: its DataType attributes."""
+        made = node(full_name or f"{self.base}/{name}", op,
+                    [getattr(i, "name", i) for i in inputs], **attrs)
+        return self._add(made, shape, element_type, outputs)
+
+    def _add(self, made, shape, dtype, outputs=1):
+        self.nodes.append(made)
+        for k in range(outputs):
+            self.specs[tensor_name(f"{made.name}:{k}")] = tf.TensorSpec(shape, dtype)
+        return made

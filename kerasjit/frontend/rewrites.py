@@ -6,7 +6,8 @@ high 23 bits, TensorFlow the low 23), so dropout masks differ and a model
 trained under XLA drifts from the unwrapped one. We ask the bridge for the raw
 bits (`StatelessRandomUniformFullIntV2`, identical in both) and convert them
 the way TensorFlow's kernel does: `bitcast((bits & 0x7fffff) | 0x3f800000) - 1`
-(for f16 and bf16, a word's low 10 or 7 bits in a 16-bit 1.0). Normals (`StatelessRandomNormalV2`: GaussianNoise, GaussianDropout) likewise:
+(for f16 and bf16, a word's low 10 or 7 bits in a 16-bit 1.0). Normals
+(`StatelessRandomNormalV2`: GaussianNoise, GaussianDropout) likewise:
 TensorFlow's Box-Muller on the same bits, words 2k and 2k+1 making elements
 2k (a sine) and 2k+1 (a cosine).
 """
@@ -15,32 +16,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from .nodes import const, node, tensor_name
-
-
-class _Builder:
-    """Nodes named under `base`, their output specs recorded in `specs`."""
-
-    def __init__(self, base, specs):
-        self.base, self.specs, self.nodes = base, specs, []
-
-    def const(self, name, value):
-        made = const(f"{self.base}/{name}", value)
-        return self._add(made, np.shape(value), np.asarray(value).dtype)
-
-    def op(self, name, op, inputs, shape, element_type, outputs=1, full_name=None, **attrs):
-        """Node `op` of `inputs` (nodes or tensor names) named `name` under the
-        base (or `full_name`); `element_type` and `shape`: its outputs';
-        `attrs`: its DataType attributes."""
-        made = node(full_name or f"{self.base}/{name}", op,
-                    [getattr(i, "name", i) for i in inputs], **attrs)
-        return self._add(made, shape, element_type, outputs)
-
-    def _add(self, made, shape, dtype, outputs=1):
-        self.nodes.append(made)
-        for k in range(outputs):
-            self.specs[tensor_name(f"{made.name}:{k}")] = tf.TensorSpec(shape, dtype)
-        return made
+from .nodes import Builder, tensor_name
 
 
 # dtype -> (bits its uniforms are built in, mantissa mask, the exponent of 1.0):
@@ -54,7 +30,7 @@ def _uniform_as_tf_does(uniform, specs):
     """Nodes replacing one StatelessRandomUniformV2 (same output name)."""
     spec = specs.get(tensor_name(uniform.name))
     shape = spec.shape if spec is not None else None
-    b = _Builder(uniform.name + "/kerasjit", specs)
+    b = Builder(uniform.name + "/kerasjit", specs)
     bits = b.op("bits", "StatelessRandomUniformFullIntV2", list(uniform.input), shape, tf.uint32,
                 dtype=tf.uint32, Tshape=uniform.attr["Tshape"].type)
     _uniform_from_bits(b, "float", bits, shape, tf.as_dtype(uniform.attr["dtype"].type),
@@ -89,7 +65,7 @@ def _normal_as_tf_does(normal, specs):
         return None
     count = spec.shape.num_elements()
     pairs = (count + 1) // 2          # (an odd count draws one word more, unused)
-    b = _Builder(normal.name + "/kerasjit", specs)
+    b = Builder(normal.name + "/kerasjit", specs)
     f32 = tf.float32
     bits = b.op("bits", "StatelessRandomUniformFullIntV2",
                 [b.const("count", np.array([2 * pairs], np.int32)), *normal.input[1:]],
