@@ -11,7 +11,9 @@ epoch by epoch.
 
 Optional, duck-typed compiler hooks (nothing of the compiler is imported):
 `model._kerasjit.compile_events`, a list of `(perf_counter start, seconds,
-reason)` counted in the epoch it started as `compile_seconds`; and
+reason, [background])` counted in the epoch it started as `compile_seconds`
+(the steps waited for it; one that ran in the background, beside the steps,
+is not counted); and
 `model._kerasjit.buffer_bytes()`. Without them both are 0 and compiling stays
 inside `epoch_seconds`, as for plain Keras.
 """
@@ -124,8 +126,8 @@ class JitProfiler(keras.callbacks.Callback):
         seconds = end - self._epoch_start
         self._sample_memory()
         state = self._jit_state()
-        compile_seconds = sum(s for t, s, _ in getattr(state, "compile_events", ())
-                              if self._epoch_start <= t < end)
+        compile_seconds = sum(e[1] for e in getattr(state, "compile_events", ())
+                              if self._epoch_start <= e[0] < end and not (len(e) > 3 and e[3]))
         buffer_bytes = state.buffer_bytes() if hasattr(state, "buffer_bytes") else 0
         steps = len(self._step_seconds)
         p50, p90, p99 = (np.percentile(self._step_seconds, [50, 90, 99]) * 1e3 if steps

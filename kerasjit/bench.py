@@ -87,7 +87,8 @@ def _make(contender, build, backend, steps_per_execution=1):
     keras.utils.set_random_seed(0)
     model = build(jit_compile=(contender == "keras_xla"))
     model.steps_per_execution = steps_per_execution   # read when Keras builds its loop
-    return kerasjit.wrap(model, backend=backend) if contender == "kerasjit" else model
+    return kerasjit.wrap(model, backend=backend, background=False) if contender == "kerasjit" \
+        else model
 
 
 def _runner(mode, model, x, y, batch):

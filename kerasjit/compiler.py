@@ -9,6 +9,7 @@ import abc
 import warnings
 
 from .arrays import host
+from .cancel import checkpoint
 from .errors import DeviceCompilerError
 from .passes import optimize_as_configured
 
@@ -33,7 +34,9 @@ class Backend(abc.ABC):
     def compile(self, module, donate=None):
         """`module` optimised in place and built. donate: {parameter index:
         output index} whose memory the caller gives up (kernels/aliasing.py)."""
+        checkpoint()
         optimize_as_configured(module)
+        checkpoint()
         try:
             return self.build(module, donate)
         except DeviceCompilerError as e:

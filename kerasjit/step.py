@@ -7,13 +7,18 @@ settled compiled cluster straight through its executable, the per-step
 lookups done once). Variables are read before and written after every call,
 so whoever looks at them between calls sees the compiled state.
 """
+import os
+import sys
+import threading
 import time
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
 from .backends import get_backend
+from .cancel import CompileCancelled
 from .frontend.functional import UnsupportedGraph, functionalize
 from .frontend.bridge import traced_for_xla
 from .frontend.plan import build_program, whole_step_in_tensorflow
@@ -92,20 +97,89 @@ class _Run:
         return outputs
 
 
+class CompileEvent(NamedTuple):
+    """A trace-and-compile: when it started (perf_counter), how long it took,
+    what it was; `background`: it ran beside training (TensorFlow ran the
+    steps meanwhile), so the steps did not wait for it."""
+    start: float
+    seconds: float
+    what: str
+    background: bool = False
+
+
+# How much lower a background compile's CPU priority is than training's (a
+# nice value): on a busy machine the steps keep their cores, the compile takes
+# what they leave.
+BACKGROUND_NICE = 10
+
+
+def _yield_to_training():
+    """Lower this thread's CPU priority (Linux nices threads one by one; elsewhere
+    the whole process would follow, so it stays as it is)."""
+    if sys.platform.startswith("linux"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+        except OSError:
+            pass
+
+
+class _Compiling:
+    """A signature's compiled _Run, built on a thread of its own while
+    TensorFlow runs the step as traced (tiered execution)."""
+
+    def __init__(self, build, what, events, announce):
+        self.what, self.events, self.announce = what, events, announce
+        self.run, self.error, self.done = None, None, threading.Event()
+        self.start = time.perf_counter()
+
+        def work():
+            _yield_to_training()
+            try:
+                self.run = build()
+            except CompileCancelled:    # (the program is ending: nobody waits for it)
+                return
+            except Exception as e:      # a compiler failure must not kill training
+                self.error = e
+            self.seconds = time.perf_counter() - self.start
+            self.done.set()
+        threading.Thread(target=work, name="kerasjit-compile").start()     # (cancel.py)
+
+    def adopt(self, fallback):
+        """The compiled _Run once built (else None); `fallback` when it failed."""
+        if not self.done.is_set():
+            return None
+        self.events.append(CompileEvent(self.start, self.seconds, self.what, background=True))
+        if self.error is not None:
+            warnings.warn(f"kerasjit: {self.what} failed, TensorFlow runs the step: "
+                          f"{type(self.error).__name__}: {self.error}", RuntimeWarning,
+                          stacklevel=5)
+            return fallback
+        if self.announce():
+            print(f"kerasjit: {self.what}: done in {self.seconds:.1f} s; "
+                  "the compiled step runs from here on", flush=True)
+        return self.run
+
+
 class CompiledStep:
     def __init__(self, fn, backend="auto", name=None, max_shapes=8, events=None, store=None,
-                 verbose=lambda: False, race=True):
+                 verbose=lambda: False, race=True, background=False):
         self.fn, self.backend, self.max_shapes = fn, get_backend(backend), max_shapes
         self.race = race            # compiled clusters are timed against TensorFlow
         self.verbose = verbose      # whether to announce compiles (fit's verbosity)
         self.store = store          # a ResidentStore keeps variables as arrays between calls
-        # Every trace-and-compile, as (perf_counter start, seconds, reason).
+        # Tiered execution: a new signature's steps run in TensorFlow while it compiles.
+        self.background = background and self.backend.name != "reference"
+        # Every trace-and-compile, as CompileEvents.
         self.events = events if events is not None else []
         self.name = name or getattr(fn, "__name__", "step")
-        self.programs = {}          # (structure, signature) -> _Run
+        self.programs = {}          # (structure, signature) -> _Run, up to max_shapes
+        self.compiling = {}         # (structure, signature) -> _Compiling
+        self.open_programs = {}     # past max_shapes: (structure, open signature) -> _Run
 
-    def _trace(self, structure, flat):
-        tensors = [a for a in flat if a is not None]
+    def _traced(self, structure, flat, open_batch=False):
+        """The step as TensorFlow traces it for these arguments (with
+        `open_batch`, for any size of their leading dims), and the structure of
+        its outputs."""
         holes = [i for i, a in enumerate(flat) if a is None]
         out_structure = []
 
@@ -116,20 +190,29 @@ class CompiledStep:
                 out = self.fn(*tf.nest.pack_sequence_as(structure, full))
             out_structure.append(out)
             return tf.nest.flatten(out)
-        specs = [tf.TensorSpec(a.shape, a.dtype) for a in tensors]
+        specs = [tf.TensorSpec((None, *a.shape[1:]) if open_batch and a.shape else a.shape,
+                               a.dtype) for a in flat if a is not None]
         concrete = tf.function(pure, autograph=False).get_concrete_function(*specs)
+        return concrete, out_structure[0]
+
+    def _in_tensorflow(self, concrete, out_structure, reason):
+        """The step run whole, as TensorFlow traced it."""
+        return _Run(whole_step_in_tensorflow(concrete, reason, self.store),
+                    VariableState([], {}, self.store), out_structure, concrete)
+
+    def _compiled(self, concrete, out_structure):
+        """The traced step made pure, partitioned and compiled."""
         try:
             fg = functionalize(concrete)
         except UnsupportedGraph as e:     # the whole step runs as TensorFlow traced it
             warnings.warn(f"kerasjit: {self.name} runs in TensorFlow: {e}", RuntimeWarning,
                           stacklevel=5)
-            return _Run(whole_step_in_tensorflow(concrete, str(e), self.store),
-                        VariableState([], {}, self.store), out_structure[0], concrete)
+            return self._in_tensorflow(concrete, out_structure, str(e))
         program = build_program(fg, self.backend, self.max_shapes, self.events, self.race)
         recheck = whole_step_in_tensorflow(concrete, "its inputs failed a check", self.store) \
             if fg.checked else None
         return _Run(program, VariableState(fg.variables, fg.state_outputs, self.store),
-                    out_structure[0], concrete, recheck)
+                    out_structure, concrete, recheck)
 
     def _key(self, args):
         flat = []
@@ -141,18 +224,67 @@ class CompiledStep:
         return (structure, _signature(flat)), flat
 
     def _program(self, key, flat, args):
-        if key not in self.programs:
-            shapes = [a.shape for a in flat if a is not None]
-            what = f"{self.name}: tracing and compiling for inputs {shapes}"
-            if self.verbose():
-                print(f"kerasjit: {what} ...", end="", flush=True)
-            start = time.perf_counter()
-            self.programs[key] = self._trace(list(args), flat)
-            seconds = time.perf_counter() - start
-            self.events.append((start, seconds, what))
-            if self.verbose():
-                print(f" {seconds:.1f} s", flush=True)
+        if key in self.compiling:
+            self._adopt(key)
+        if key in self.programs:
+            return self.programs[key]
+        if len(self.programs) >= self.max_shapes:
+            return self._past_the_cap(key, flat, args)
+        shapes = [a.shape for a in flat if a is not None]
+        what = f"{self.name}: {'tracing' if self.background else 'tracing and compiling'} " \
+               f"for inputs {shapes}"
+        if self.verbose():
+            print(f"kerasjit: {what} ...", end="", flush=True)
+        start = time.perf_counter()
+        traced = self._traced(list(args), flat)
+        if self.background:
+            self.programs[key] = self._in_tensorflow(*traced, "compiling in the background")
+            self.compiling[key] = _Compiling(
+                lambda: self._compiled(*traced),
+                f"{self.name}: compiling for inputs {shapes} in the background",
+                self.events, self.verbose)
+        else:
+            self.programs[key] = self._compiled(*traced)
+        seconds = time.perf_counter() - start
+        self.events.append(CompileEvent(start, seconds, what))
+        if self.verbose():
+            print(f" {seconds:.1f} s" + ("; compiling in the background, TensorFlow runs "
+                                        "the steps meanwhile" if self.background else ""),
+                  flush=True)
         return self.programs[key]
+
+    def _adopt(self, key):
+        run = self.compiling[key].adopt(fallback=self.programs[key])
+        if run is not None:
+            self.programs[key] = run
+            del self.compiling[key]
+
+    def _past_the_cap(self, key, flat, args):
+        """The step for a signature past `max_shapes` others: TensorFlow runs it,
+        traced once for every batch size (leading dims open), as Keras would."""
+        structure, signature = key
+        open_key = (structure, tuple(s and ((None, *s[0][1:]) if s[0] else s[0], s[1])
+                                     for s in signature))
+        if open_key not in self.open_programs:
+            if not self.open_programs:
+                warnings.warn(f"kerasjit: {self.name} has run with more than {self.max_shapes} "
+                              "input signatures; new ones run in TensorFlow (raise max_shapes "
+                              "to compile more)", RuntimeWarning, stacklevel=5)
+            start = time.perf_counter()
+            traced = self._traced(list(args), flat, open_batch=True)
+            self.open_programs[open_key] = self._in_tensorflow(
+                *traced, f"more than {self.max_shapes} input signatures")
+            self.events.append(CompileEvent(start, time.perf_counter() - start,
+                                            f"{self.name}: tracing for any batch size"))
+        return self.open_programs[open_key]
+
+    def wait(self):
+        """Wait for the compiles running in the background and switch to their
+        compiled steps (whoever needs the compiled step now: explain())."""
+        for job in list(self.compiling.values()):
+            job.done.wait()
+        for key in list(self.compiling):
+            self._adopt(key)
 
     def executables(self):
         """Every executable compiled for this step, all signatures and shapes."""
@@ -160,9 +292,12 @@ class CompiledStep:
                 if c.specializer for e in c.specializer.cache.values()]
 
     def program_for(self, *args):
-        """The Program these arguments run (traced and compiled if new)."""
+        """The Program these arguments run (traced and compiled if new, waited for
+        if compiling in the background)."""
         key, flat = self._key(args)
-        return self._program(key, flat, args).program
+        self._program(key, flat, args)
+        self.wait()
+        return self.programs[key].program
 
     def __call__(self, *args):
         return self.run_many([args])

@@ -9,6 +9,7 @@ The model object itself is returned, switched to compiled steps, the way
 `compile(jit_compile=True)` switches a model to XLA.
 """
 import functools
+import os
 
 import keras
 import tensorflow as tf
@@ -24,9 +25,9 @@ class JitState:
     """What wrap attaches to a model: the backend, its compiled steps, and what
     JitProfiler reads (`compile_events`, `buffer_bytes()`)."""
 
-    def __init__(self, model, backend, max_shapes, race):
+    def __init__(self, model, backend, max_shapes, race, background):
         self.backend = backend
-        self.compile_events = []      # (perf_counter start, seconds, reason)
+        self.compile_events = []      # step.CompileEvent: (perf_counter start, seconds, what, ...)
         # Steps keep variables as arrays between calls, in one store the three
         # steps share (they share weights and metric variables); every Keras
         # entry point flushes it before and after it runs.
@@ -34,10 +35,10 @@ class JitState:
         self.verbose = False          # set while a verbose fit runs: compiles say so
         announce = lambda: self.verbose     # noqa: E731
         self.train = CompiledStep(model.train_step, backend, "train_step", max_shapes,
-                                  self.compile_events, self.store, announce, race)
+                                  self.compile_events, self.store, announce, race, background)
         self.test, self.predict = (
             CompiledStep(step, backend, name, max_shapes, self.compile_events, self.store,
-                         announce, race)
+                         announce, race, background)
             for step, name in ((model.test_step, "test_step"),
                                (model.predict_step, "predict_step")))
 
@@ -67,6 +68,15 @@ def _build_variables(model, batch):
         pass
 
 
+def _same_as_fit(batch):
+    """(x, y) for the (x, y, None) that train_on_batch and test_on_batch pass
+    where fit passes (x, y): Keras's steps read both alike, and one traced
+    step then serves fit and train_on_batch."""
+    if type(batch) is tuple and len(batch) == 3 and batch[2] is None:
+        return batch[:2]
+    return batch
+
+
 def _steps(model, step):
     """A Keras train/test function: up to steps_per_execution steps per call,
     run together (one native call where the step compiles to one cluster)."""
@@ -74,7 +84,7 @@ def _steps(model, step):
         batches = []
         for _ in range(model.steps_per_execution):
             try:
-                batches.append((next(iterator),))
+                batches.append((_same_as_fit(next(iterator)),))
             except (StopIteration, tf.errors.OutOfRangeError):
                 break
         if not batches:
@@ -176,7 +186,7 @@ _WRAPPED_METHODS = ("fit", "compile", *_ENTRIES, "get_metrics_result", "make_tra
                     "make_test_function", "make_predict_function")
 
 
-def wrap(model, backend="auto", max_shapes=8, race=True):
+def wrap(model, backend="auto", max_shapes=8, race=True, background=None):
     """Make `model` train, evaluate and predict through kerasjit; returns the model.
 
     backend: "auto" (best available), "reference" (the numpy evaluator), or a
@@ -186,15 +196,21 @@ def wrap(model, backend="auto", max_shapes=8, race=True):
     faster (a convolution, batched matmul or einsum, pooling, a scan, top-k)
     against TensorFlow on its first calls and keep TensorFlow where it is
     clearly faster (a compiler backend only; False always runs compiled
-    code). Bad input raises before the model is changed.
+    code). background: a step compiles on a thread of its own while
+    TensorFlow runs it (training starts at once; the compiled step takes over
+    between two steps, with the variables as TensorFlow left them); False
+    waits for the compile; None: True unless KERASJIT_BACKGROUND=0. Bad
+    input raises before the model is changed.
     """
     _check_model(model)
+    if background is None:
+        background = os.environ.get("KERASJIT_BACKGROUND", "1") != "0"
     previous = getattr(model, "_kerasjit", None)
     if previous is not None:          # re-wrapping (e.g. another backend): start from Keras's own
         previous.store.flush()
         for name, method in previous.originals.items():
             setattr(model, name, method)
-    state = JitState(model, get_backend(backend), max_shapes, race)
+    state = JitState(model, get_backend(backend), max_shapes, race, background)
     state.originals = {name: getattr(model, name) for name in _WRAPPED_METHODS}
 
     def make_train_function(force=False):
@@ -221,7 +237,7 @@ def wrap(model, backend="auto", max_shapes=8, race=True):
         # trace: Keras's compile, then wrap anew (the weights written back first).
         state.store.flush()
         state.originals["compile"](*args, **kwargs)
-        wrap(model, backend, max_shapes, race)
+        wrap(model, backend, max_shapes, race, background)
 
     model._kerasjit = state
     model.compile = compile

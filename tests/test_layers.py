@@ -1,7 +1,7 @@
 """The package's layers point down only, and no modules import each other in a cycle.
 
-From the bottom: errors and arrays (kerasjit imports nothing of itself
-there), hlo, passes, kernels, the compile driver, backends, runtime, the
+From the bottom: errors, arrays and cancel (kerasjit imports nothing of
+itself there), hlo, passes, kernels, the compile driver, backends, runtime, the
 TensorFlow frontend, and the API on top (step, wrap, explain, bench, report,
 callbacks). A module may import its own layer and those below it."""
 import ast
@@ -10,9 +10,9 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-LAYERS = [{"errors", "arrays"}, {"hlo"}, {"passes"}, {"kernels"}, {"compiler"}, {"backends"},
+LAYERS = [{"errors", "arrays", "cancel"}, {"hlo"}, {"passes"}, {"kernels"}, {"compiler"}, {"backends"},
           {"runtime"}, {"frontend"},
-          {"step", "wrap", "explain", "bench", "workloads", "report", "callbacks", "__main__",
+          {"step", "wrap", "explain", "bench", "bench_startup", "workloads", "report", "callbacks", "__main__",
            "__init__"}]
 
 

@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
+from ..cancel import checkpoint
 from ..hlo.gemm import dot_layout
 from ..runtime.program import ClusterRun, Program, Specializer
 from ..runtime.race import Race
@@ -140,6 +141,7 @@ class Planner:
 
     def _compile_fn(self, fn, donate):
         def compile_for(specs):
+            checkpoint()
             module = bridge.hlo_module(fn, *specs)
             return module, self.backend.compile(module, donate)
         return compile_for

@@ -30,15 +30,18 @@ def alias_donated(program, donate):
 
     donate: {parameter index: output index}. Fills program.aliases
     ({output index: parameter index}) with the pairs it applied."""
+    steps, renames = program.steps, {}
+    writers, last_touch = _where_used(steps)
     for p, o in sorted((donate or {}).items()):
         param, out = program.params[p], program.outputs[o]
         pb, ob = program.buffers[param], program.buffers[out]
         if (pb.dtype, tuple(pb.dims)) != (ob.dtype, tuple(ob.dims)) or ob.role != "output" \
                 or program.outputs.count(out) != 1 or param in program.outputs:
             continue
-        if write_over(program.steps, out, param):
+        if _store_over(steps, out, param, writers, last_touch, renames):
             program.outputs[o] = param
             program.aliases[o] = p
+    rename_buffers(steps, renames)
     return program
 
 
@@ -46,22 +49,44 @@ def write_over(steps, new, old):
     """Make `steps` write buffer `new` over buffer `old` (same type and shape)
     if safe: one loop kernel writes `new`, reading `old` only at the element
     it writes, and no later step touches `old`. Returns whether it did."""
-    writer = [i for i, s in enumerate(steps)
-              if isinstance(s, LoopKernel) and any(b == new for b, _ in s.stores)]
-    if len(writer) != 1 or any(new in writes(s) for s in steps if s is not steps[writer[0]]):
+    renames = {}
+    if not _store_over(steps, new, old, *_where_used(steps), renames):
         return False
-    k = writer[0]
-    kernel = steps[k]
+    rename_buffers(steps, renames)
+    return True
+
+
+def _where_used(steps):
+    """{buffer: indices of the steps writing it}, {buffer: index of the last step
+    touching it}: computed once, as a program's every variable asks."""
+    writers, last_touch = {}, {}
+    for i, step in enumerate(steps):
+        for b in writes(step):
+            writers.setdefault(b, []).append(i)
+        for b in touched(step):
+            last_touch[b] = i
+    return writers, last_touch
+
+
+def _store_over(steps, new, old, writers, last_touch, renames):
+    """write_over's test and its store moved last; the renaming of `new` to
+    `old` is added to `renames` (applied by the caller, all in one pass; the
+    test reads the kernel's stores by their names after it)."""
+    (k, *others) = writers.get(new, [None])
+    kernel = steps[k] if k is not None else None
+    if others or not isinstance(kernel, LoopKernel):
+        return False
     (value,) = [e for b, e in kernel.stores if b == new]
     # Moved last, the store runs after the kernel's others: it may not read what
     # they write (an update already made in place, e.g. an optimizer's
     # accumulator that this update reads as it was).
-    if kernel.reduction or any(old in touched(s) for s in steps[k + 1:]) \
+    stored_before = {renames.get(b, b) for b, _ in kernel.stores if b != new}
+    if kernel.reduction or last_touch.get(old, -1) > k \
             or not _reads_only_in_place(kernel, old) \
-            or loaded(value) & {b for b, _ in kernel.stores if b != new}:
+            or {renames.get(b, b) for b in loaded(value)} & stored_before:
         return False
     kernel.stores = [(b, e) for b, e in kernel.stores if b != new] + [(new, value)]
-    _rename(steps, new, old, {})    # later steps read the new value there
+    renames[new] = old      # later steps read the new value there
     return True
 
 
@@ -79,27 +104,34 @@ def update_in_place(steps, new, old):
             or any(old in touched(s) for s in steps[first + 1:]):
         return False
     del steps[first]
-    _rename(steps, new, old, {})
+    rename_buffers(steps, {new: old})
     return True
 
 
-def _rename(steps, old, new, memo):
+def rename_buffers(steps, renames):
+    """Every read and write of a buffer in `renames` ({old: new}) made of its new
+    name, in one pass over `steps`."""
+    if renames:
+        _rename(steps, renames, {})
+
+
+def _rename(steps, renames, memo):
+    def name(b):
+        return renames.get(b, b)
     for step in steps:
         if nested_steps(step):
             for steps in nested_steps(step):
-                _rename(steps, old, new, memo)
+                _rename(steps, renames, memo)
             if isinstance(step, WhileLoop):
-                step.state = tuple(new if b == old else b for b in step.state)
-                step.condition = new if step.condition == old else step.condition
+                step.state = tuple(map(name, step.state))
+                step.condition = name(step.condition)
         elif isinstance(step, (GemmCall, ImplicitGemm)):
-            step.out, step.lhs, step.rhs = (new if b == old else b
-                                            for b in (step.out, step.lhs, step.rhs))
+            step.out, step.lhs, step.rhs = map(name, (step.out, step.lhs, step.rhs))
             if isinstance(step, ImplicitGemm) and step.epilogue is not None:
-                step.epilogue = rename_buffer(step.epilogue, old, new, memo)
+                step.epilogue = rename_buffer(step.epilogue, renames, memo)
         else:
-            step.stores = [(new if b == old else b, rename_buffer(e, old, new, memo))
-                           for b, e in step.stores]
+            step.stores = [(name(b), rename_buffer(e, renames, memo)) for b, e in step.stores]
             if isinstance(step, ScatterKernel):     # (parts of its stored value, same memo)
-                step.target = tuple(rename_buffer(e, old, new, memo) for e in step.target)
-                step.update = step.update and rename_buffer(step.update, old, new, memo)
-                step.fits = step.fits and rename_buffer(step.fits, old, new, memo)
+                step.target = tuple(rename_buffer(e, renames, memo) for e in step.target)
+                step.update = step.update and rename_buffer(step.update, renames, memo)
+                step.fits = step.fits and rename_buffer(step.fits, renames, memo)

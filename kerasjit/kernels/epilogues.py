@@ -14,10 +14,11 @@ def fuse_epilogues(program):
     """Give each ImplicitGemm of `program` its consumer loop as epilogue where
     that is valid (in place: the steps and the decisions)."""
     steps = program.steps
+    touches = {}        # id(step) -> touched(step), asked of later steps by every GEMM
     i = 0
     while i < len(steps):
         step = steps[i]
-        j = _epilogue_of(program, i) if isinstance(step, ImplicitGemm) else None
+        j = _epilogue_of(program, i, touches) if isinstance(step, ImplicitGemm) else None
         if j is not None:
             kernel = steps.pop(j)
             (result, expr), = kernel.stores
@@ -45,13 +46,19 @@ def _at_own_element(load, buffer_dims, loop_dims):
     return all(isinstance(i, Index) and i.dim == d for i, d in zip(index, loop))
 
 
-def _epilogue_of(program, i):
-    """The position of the loop that can be ImplicitGemm steps[i]'s epilogue, or None."""
+def _epilogue_of(program, i, touches):
+    """The position of the loop that can be ImplicitGemm steps[i]'s epilogue, or
+    None. `touches` memoises touched() of the steps after it (which stay as they are)."""
     steps, gemm = program.steps, program.steps[i]
     out = program.buffers[gemm.out]
     if out.role != "temp" or gemm.epilogue is not None:
         return None
-    users = [j for j in range(i + 1, len(steps)) if gemm.out in touched(steps[j])]
+
+    def touched_by(step):
+        if id(step) not in touches:
+            touches[id(step)] = touched(step)
+        return touches[id(step)]
+    users = [j for j in range(i + 1, len(steps)) if gemm.out in touched_by(steps[j])]
     if len(users) != 1:
         return None
     j = users[0]
@@ -72,6 +79,6 @@ def _epilogue_of(program, i):
             or target.dims[-1] != gemm.n:
         return None
     inputs = loaded(expr) - {gemm.out}
-    if any(inputs & writes(s) or result in touched(s) for s in steps[i + 1:j]):
+    if any(inputs & writes(s) or result in touched_by(s) for s in steps[i + 1:j]):
         return None
     return j

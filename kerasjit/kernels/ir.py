@@ -347,7 +347,7 @@ def map_nodes(expr, kind, change, memo):
     return memo[id(expr)]
 
 
-def rename_buffer(expr, old, new, memo):
-    """`expr` with loads of buffer `old` reading buffer `new`."""
-    return map_nodes(expr, Load, lambda load: replace(load, buffer=new)
-                     if load.buffer == old else load, memo)
+def rename_buffer(expr, renames, memo):
+    """`expr` with its loads of each buffer in `renames` ({old: new}) reading the new one."""
+    return map_nodes(expr, Load, lambda load: replace(load, buffer=renames[load.buffer])
+                     if load.buffer in renames else load, memo)

@@ -185,13 +185,13 @@ def test_a_step_calling_functions_outlives_its_traced_graph(monkeypatch):
     """A step whose graph calls functions by name (Hinge's cond) trains the same
     after its trace is collected: what runs refers to none of the trace's
     functions. (The fuzzer's shrunk model, seed 0 model 36.)"""
-    trace = CompiledStep._trace
+    compiled = CompiledStep._compiled
 
     def trace_then_collect(self, *args):
-        run = trace(self, *args)
+        run = compiled(self, *args)
         gc.collect()
         return run
-    monkeypatch.setattr(CompiledStep, "_trace", trace_then_collect)
+    monkeypatch.setattr(CompiledStep, "_compiled", trace_then_collect)
 
     def build():
         inputs = keras.Input(shape=(9, 2))

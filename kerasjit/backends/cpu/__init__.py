@@ -10,6 +10,7 @@ import gc
 import math
 import threading
 
+from ...cancel import checkpoint
 from ...compiler import Backend
 from ...kernels.ir import LoopKernel, Reduce, leaf_steps, walk
 from ...kernels.lower import lower
@@ -93,10 +94,12 @@ def _collector_paused():
 def _build(module, donate, name, blas_threads_local, timed):
     """Compile optimised `module` to the record the cache keeps."""
     program = lower(module, donate, implicit_gemm=True)
+    checkpoint()
     threading = parallel.sgemm_threading(program.steps, blas_threads_local)
     llvm_ir, kernels, counters = render_program(
         program, name, blas_threads_local, engine.vector_lanes(), engine.is_x86(), timed,
         threading)
+    checkpoint()
     # What the executable needs of the program; expressions live in the code now.
     return {"program": dataclasses.replace(program, steps=[]),
             "objects": _object_code(llvm_ir, name, has_long_loops(program)),

@@ -13,6 +13,7 @@ from llvmlite import ir
 
 from ...hlo.shape import row_major_strides
 from ...kernels.collapse import collapse_dims
+from ...kernels.identity import identity
 from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, ImplicitGemm, Index, Load,
                            LoopKernel, Op, Reduce, ReduceVar, ScatterKernel, Var, WhileLoop,
                            kernel_exprs, leaf_steps, walk)
@@ -334,7 +335,7 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
         if blas_threads_local else None
     alone_below, may_split = sgemm_threading or parallel.sgemm_threading(program.steps,
                                                                          blas_threads_local)
-    kernels = []
+    kernels, functions = [], {}       # functions: kernel identity -> its function
     counters = Counters(module, name, list(leaf_steps(program.steps))) if timed else None
 
     def emit(steps, chunk, looped=False):
@@ -360,7 +361,8 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
     def emit_leaf(step, chunk, looped):
         may_split_here = may_split and not looped
         if isinstance(step, GemmCall) and (gemm := narrow_gemm.plan(step)):
-            fn = narrow_gemm.emit(module, gemm, f"{name}_k{len(module.functions)}", lanes)
+            fn = function(("narrow", gemm), lambda fn_name: narrow_gemm.emit(
+                module, gemm, fn_name, lanes))
             pointers = [_buffer_pointer(eb, table, bid) for bid in (step.lhs, step.rhs, step.out)]
             a, b = (1, 0) if gemm.swapped else (0, 1)
             _for_each_batch(eb, entry, step.batch, pointers,
@@ -370,9 +372,11 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
             _gemm(eb, entry, sgemm, step, table, chunk, threads_local, alone_below)
         elif isinstance(step, ImplicitGemm):
             extra = sorted(loaded(step.epilogue) - {step.out})
-            fn, blocks_total = implicit_gemm.emit(
-                module, step, f"{name}_k{len(module.functions)}", lanes, len(extra),
-                step.epilogue and _epilogue(module, ops, program, step, extra))
+            fn, blocks_total = function(
+                identity(step, program.buffers, (step.out, step.lhs, step.rhs, *extra)),
+                lambda fn_name: implicit_gemm.emit(
+                    module, step, fn_name, lanes, len(extra),
+                    step.epilogue and _epilogue(module, ops, program, step, extra)))
             # (All live in this step, so storage.py gave them distinct memory: the
             # function's noalias arguments hold.)
             call(fn, (step.out, step.lhs, step.rhs, *extra), chunk,
@@ -383,18 +387,28 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
                 step = collapse_dims(step, program.buffers)
             buffers = kernel_buffers(step)
             split = may_split_here and parallel.worth_splitting(step, outer_dims(step))
-            fn = ir.Function(module, ir.FunctionType(
-                ir.VoidType(), [PTR] * len(buffers) + [I64] * (3 if split else 1)),
-                f"{name}_k{len(module.functions)}")
-            fn.linkage = "internal"
-            # Never inlined into the entry: LLVM takes float arithmetic to be
-            # independent of MXCSR and could move it across the denormal
-            # flush's ldmxcsr there (and a call per kernel costs nothing).
-            fn.attributes.add("noinline")
-            for arg in fn.args[:len(buffers)]:
-                arg.add_attribute("noalias")
-            _KernelBuilder(module, ops, program, step, fn, split).build()
+
+            def build(fn_name, step=step):
+                fn = ir.Function(module, ir.FunctionType(
+                    ir.VoidType(), [PTR] * len(buffers) + [I64] * (3 if split else 1)), fn_name)
+                fn.linkage = "internal"
+                # Never inlined into the entry: LLVM takes float arithmetic to be
+                # independent of MXCSR and could move it across the denormal
+                # flush's ldmxcsr there (and a call per kernel costs nothing).
+                fn.attributes.add("noinline")
+                for arg in fn.args[:len(buffers)]:
+                    arg.add_attribute("noalias")
+                _KernelBuilder(module, ops, program, step, fn, split).build()
+                return fn
+            fn = function(identity(step, program.buffers, buffers, split), build)
             call(fn, buffers, chunk, split, step.dims[0] if split else 0, [])
+
+    def function(key, build):
+        """The function (and whatever else `build` returns) for a kernel of
+        identity `key`: built once per module, called by every step it serves."""
+        if key not in functions:
+            functions[key] = build(f"{name}_k{len(module.functions)}")
+        return functions[key]
 
     def call(fn, buffers, chunk, split, extent, whole):
         """At the entry: `fn` over `buffers` (from the table) and `chunk`, split

@@ -117,7 +117,7 @@ def call_split(b, kernel_fn, load_buffers, table, chunk, extent):
     """At `b`: run `kernel_fn` (buffers..., chunk, lo, hi) over [0, extent) on
     all threads; `load_buffers(builder, table)` gives its buffer arguments."""
     module = kernel_fn.module
-    task = ir.Function(module, TASK, f"{kernel_fn.name}_task")
+    task = ir.Function(module, TASK, module.get_unique_name(f"{kernel_fn.name}_task"))
     task.linkage = "internal"
     tb = ir.IRBuilder(task.append_basic_block("entry"))
     part = task.args[0]

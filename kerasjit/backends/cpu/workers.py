@@ -7,7 +7,8 @@ loop vectoriser's cost models disagree on some short loops), which must not
 be the training process. A worker is this file run by path, so it loads
 llvmlite and engine.py alone, not TensorFlow. It reads (LLVM IR, unroll) on
 stdin and writes the object code or the error on stdout, as length-prefixed
-pickles. Workers start with the first compile and end with this process. A
+pickles; at a lower CPU priority than training. Workers start with the first
+compile and end with this process. A
 failed worker costs time, not the compile: its part is compiled here, by the
 caller's fallback.
 """
@@ -20,6 +21,12 @@ import struct
 import subprocess
 import sys
 import threading
+
+try:
+    from ...cancel import checkpoint
+except ImportError:         # (run by path as a worker, where it is not needed)
+    def checkpoint():
+        pass
 
 _LENGTH = struct.Struct("<Q")
 
@@ -151,6 +158,7 @@ class Pool:
                         objects[i] = compile_here(texts[i])
                         continue
                     for i, worker in sorted(sent.items()):
+                        checkpoint()
                         try:
                             objects[i] = worker.result()
                         except WorkerError:   # LLVM's verdict: here it raises it again
@@ -193,6 +201,9 @@ def _serve():
     stdin, stdout = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Below training's priority: a compile in the background (step.py) takes the
+    # cores the steps leave; a compile the steps wait for has them all anyway.
+    os.nice(10)
     # engine.py by its path: this folder is no package here, and on sys.path
     # its modules would shadow the standard library's (profile).
     here = os.path.dirname(os.path.abspath(__file__))

@@ -1,0 +1,149 @@
+"""Tiered execution: TensorFlow runs a new signature's steps while it compiles
+in the background; the compiled step takes over between two steps."""
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import keras
+import numpy as np
+import pytest
+
+import kerasjit
+from kerasjit.compiler import Backend
+
+
+def _model():
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((12,)), keras.layers.Dense(16, activation="tanh"),
+                              keras.layers.BatchNormalization(),
+                              keras.layers.Dense(4, activation="softmax")])
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    return model
+
+
+def _data(n=256):
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((n, 12)).astype(np.float32), rng.integers(0, 4, n)
+
+
+def _compiled_now(model):
+    """Whether the train step the model runs now is the compiled one."""
+    (run,) = model._kerasjit.train.programs.values()
+    return any(c.kind == "compiled" for c in run.program.clusters)
+
+
+class _Watch(keras.callbacks.Callback):
+    """Records, per batch, whether the compiled step ran it; holds the second
+    epoch's start until the background compile is done (so the switch falls
+    inside this fit, after TensorFlow ran the first epoch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.compiled = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.compiled.append(_compiled_now(self.model))
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 0:
+            for job in self.model._kerasjit.train.compiling.values():
+                job.done.wait()
+
+
+def test_training_starts_in_tensorflow_and_hands_over_to_the_compiled_step_exactly():
+    x, y = _data()
+    plain = _model()
+    history = plain.fit(x, y, batch_size=32, epochs=3, shuffle=False, verbose=0)
+    model = kerasjit.wrap(_model(), background=True)
+    watch = _Watch()
+    jit_history = model.fit(x, y, batch_size=32, epochs=3, shuffle=False, verbose=0,
+                            callbacks=[watch])
+    # TensorFlow ran the first epoch, the compiled step the last one, with the
+    # updates of both: the result is plain Keras's, up to float rounding.
+    assert not any(watch.compiled[:8]) and all(watch.compiled[-8:])
+    for ours, theirs in zip(model.get_weights(), plain.get_weights()):
+        np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(jit_history.history["loss"], history.history["loss"], rtol=1e-4)
+    events = model._kerasjit.compile_events
+    assert [e.background for e in events] == [False, True]
+    assert "tracing" in events[0].what and "in the background" in events[1].what
+
+
+def test_explain_waits_for_the_background_compile():
+    x, y = _data(64)
+    model = kerasjit.wrap(_model(), background=True)
+    model.train_on_batch(x[:32], y[:32])
+    explanation = kerasjit.explain(model, x[:32], y[:32])
+    assert any(c.kind == "compiled" for c in explanation.clusters)
+    assert _compiled_now(model)
+
+
+class _Broken(Backend):
+    name = "broken"
+
+    def build(self, module, donate):
+        raise RuntimeError("no code for this cluster today")
+
+
+def test_a_failed_background_compile_leaves_the_step_to_tensorflow_with_a_warning():
+    x, y = _data()
+    plain = _model()
+    plain.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+    model = kerasjit.wrap(_model(), background=True)
+    model._kerasjit.train.backend = _Broken()
+    with pytest.warns(RuntimeWarning, match="no code for this cluster today"):
+        model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0, callbacks=[_Watch()])
+    for ours, theirs in zip(model.get_weights(), plain.get_weights()):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_the_program_ends_cleanly_while_a_compile_runs_in_the_background():
+    # A daemon thread inside TensorFlow's C++ at exit aborts the process; the
+    # compile must instead notice the ending program and stop.
+    script = textwrap.dedent("""
+        import numpy as np, keras, kerasjit
+        model = keras.Sequential([keras.Input((32, 32, 3))] + [
+            keras.layers.Conv2D(8, 3, padding="same", activation="relu") for _ in range(6)] +
+            [keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
+        model.compile(optimizer="adam", loss="mse")
+        kerasjit.wrap(model, background=True)
+        model.train_on_batch(np.ones((4, 32, 32, 3), np.float32), np.ones((4, 3), np.float32))
+        print("trained", model._kerasjit.train.compiling != {})
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "trained True" in done.stdout
+    assert "terminate called" not in done.stderr
+
+
+def test_past_max_shapes_new_batch_sizes_run_in_tensorflow_traced_once():
+    x, y = _data(64)
+    model = kerasjit.wrap(_model(), max_shapes=2, background=False)
+    plain = _model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in (8, 9):
+            np.testing.assert_allclose(model.predict_on_batch(x[:n]), plain.predict_on_batch(x[:n]),
+                                       rtol=1e-5, atol=1e-6)
+    with pytest.warns(RuntimeWarning, match="more than 2 input signatures") as caught:
+        for n in range(10, 30):
+            np.testing.assert_allclose(model.predict_on_batch(x[:n]),
+                                       plain.predict_on_batch(x[:n]), rtol=1e-5, atol=1e-6)
+    assert len([w for w in caught if "input signatures" in str(w.message)]) == 1
+    step = model._kerasjit.predict
+    assert len(step.programs) == 2 and len(step.open_programs) == 1
+
+
+def test_train_and_test_on_batch_after_fit_and_evaluate_reuse_their_compiled_steps():
+    x, y = _data(64)
+    model = kerasjit.wrap(_model(), background=False)
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+    model.evaluate(x, y, batch_size=32, verbose=0)
+    model.train_on_batch(x[:32], y[:32])
+    model.test_on_batch(x[:32], y[:32])
+    assert len(model._kerasjit.train.programs) == 1
+    assert len(model._kerasjit.test.programs) == 1
+    assert [e.background for e in model._kerasjit.compile_events] == [False, False]
