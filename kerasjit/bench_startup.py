@@ -44,6 +44,8 @@ def _contender(model_name, contender, steps, batch):
     y = rng.integers(0, 10, steps * batch)
 
     class Clock(keras.callbacks.Callback):
+        kerasjit_batch_safe = True      # (reads no variables: kerasjit need not write them back)
+
         def __init__(self):
             super().__init__()
             self.ends, self.compiled_at, self.epoch_ends = [], None, []

@@ -23,6 +23,7 @@ from .frontend.functional import UnsupportedGraph, functionalize
 from .frontend.bridge import traced_for_xla
 from .frontend.plan import build_program, whole_step_in_tensorflow
 from .arrays import Rows, gathered
+from .runtime.race import MARGIN
 from .runtime.state import VariableState
 
 
@@ -130,6 +131,7 @@ class _Compiling:
     def __init__(self, build, what, events, announce):
         self.what, self.events, self.announce = what, events, announce
         self.run, self.error, self.done = None, None, threading.Event()
+        self.tf_times = []          # seconds per step of TensorFlow's meanwhile
         self.start = time.perf_counter()
 
         def work():
@@ -160,6 +162,33 @@ class _Compiling:
         return self.run
 
 
+class _Verdict:
+    """After the switch: the compiled step's first calls, once its clusters'
+    races are over, timed against TensorFlow's steps before it; TensorFlow
+    takes the step back if clearly faster (race.py's margin). Its steps ran
+    beside the compile, so the comparison leans towards the compiled step."""
+    CALLS = 3
+
+    def __init__(self, name, tf_run, tf_times):
+        self.name, self.tf_run, self.times = name, tf_run, []
+        self.tf_best = min(tf_times[1:])      # (the first includes TensorFlow's warm-up)
+
+    def timed(self, run, seconds):
+        """The run to keep once decided, else None."""
+        if any(c.race is not None and c.race.winner is None for c in run.program.clusters):
+            return None
+        self.times.append(seconds)
+        if len(self.times) < self.CALLS:
+            return None
+        ours = min(self.times)
+        if self.tf_best >= MARGIN * ours:
+            return run
+        warnings.warn(f"kerasjit: {self.name} runs in TensorFlow: TensorFlow ran the step "
+                      f"faster here ({1000 * self.tf_best:.1f} vs {1000 * ours:.1f} ms compiled)",
+                      RuntimeWarning, stacklevel=6)
+        return self.tf_run
+
+
 class CompiledStep:
     def __init__(self, fn, backend="auto", name=None, max_shapes=8, events=None, store=None,
                  verbose=lambda: False, race=True, background=False):
@@ -174,6 +203,7 @@ class CompiledStep:
         self.name = name or getattr(fn, "__name__", "step")
         self.programs = {}          # (structure, signature) -> _Run, up to max_shapes
         self.compiling = {}         # (structure, signature) -> _Compiling
+        self.verdicts = {}          # (structure, signature) -> _Verdict, after the switch
         self.open_programs = {}     # past max_shapes: (structure, open signature) -> _Run
 
     def _traced(self, structure, flat, open_batch=False):
@@ -254,10 +284,23 @@ class CompiledStep:
         return self.programs[key]
 
     def _adopt(self, key):
-        run = self.compiling[key].adopt(fallback=self.programs[key])
+        job, tf_run = self.compiling[key], self.programs[key]
+        run = job.adopt(fallback=tf_run)
         if run is not None:
             self.programs[key] = run
             del self.compiling[key]
+            if run is not tf_run and len(job.tf_times) > _Verdict.CALLS:
+                self.verdicts[key] = _Verdict(self.name, tf_run, job.tf_times)
+
+    def _timed(self, key, run, seconds):
+        """A step's time, where the two tiers of its signature are compared."""
+        if key in self.compiling:
+            self.compiling[key].tf_times.append(seconds)
+        elif key in self.verdicts:
+            kept = self.verdicts[key].timed(run, seconds)
+            if kept is not None:
+                self.programs[key] = kept
+                del self.verdicts[key]
 
     def _past_the_cap(self, key, flat, args):
         """The step for a signature past `max_shapes` others: TensorFlow runs it,
@@ -328,6 +371,12 @@ class CompiledStep:
 
     def _run_group(self, key, flats, args, keep_all):
         run = self._program(key, flats[0], args)
+        start = time.perf_counter()
+        outputs = self._outputs(run, flats, keep_all)
+        self._timed(key, run, (time.perf_counter() - start) / len(flats))
+        return run.pack(outputs)
+
+    def _outputs(self, run, flats, keep_all):
         steps = [[a for a in flat if a is not None] for flat in flats]
         ran = None
         if len(steps) > 1:
@@ -342,7 +391,7 @@ class CompiledStep:
             per_step = [run([gathered(a) for a in tensors]) for tensors in steps]
             outputs = [np.concatenate(o) for o in zip(*per_step)] \
                 if keep_all and len(per_step) > 1 else per_step[-1]
-        return run.pack(outputs)
+        return outputs
 
 
 def jit(fn, backend="auto", max_shapes=8, race=True):

@@ -3,6 +3,7 @@ in the background; the compiled step takes over between two steps."""
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 
 import keras
@@ -10,7 +11,9 @@ import numpy as np
 import pytest
 
 import kerasjit
-from kerasjit.compiler import Backend
+from kerasjit.backends import get_backend
+from kerasjit import step as step_module
+from kerasjit.compiler import Backend, Executable
 
 
 def _model():
@@ -80,23 +83,52 @@ def test_explain_waits_for_the_background_compile():
     assert _compiled_now(model)
 
 
-class _Broken(Backend):
-    name = "broken"
-
-    def build(self, module, donate):
-        raise RuntimeError("no code for this cluster today")
-
-
-def test_a_failed_background_compile_leaves_the_step_to_tensorflow_with_a_warning():
+def test_a_failed_background_compile_leaves_the_step_to_tensorflow_with_a_warning(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no plan for this step today")
+    monkeypatch.setattr(step_module, "build_program", broken)
     x, y = _data()
     plain = _model()
     plain.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
     model = kerasjit.wrap(_model(), background=True)
-    model._kerasjit.train.backend = _Broken()
-    with pytest.warns(RuntimeWarning, match="no code for this cluster today"):
+    with pytest.warns(RuntimeWarning, match="failed, TensorFlow runs the step: RuntimeError: "
+                                            "no plan for this step today"):
         model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0, callbacks=[_Watch()])
     for ours, theirs in zip(model.get_weights(), plain.get_weights()):
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+class _Slow(Executable):
+    """A compiled cluster that takes 30 ms longer than it should."""
+
+    def __init__(self, inner):
+        self.inner, self.program, self.kernels = inner, inner.program, inner.kernels
+
+    def __call__(self, args):
+        time.sleep(0.03)
+        return self.inner(args)
+
+
+class _SlowBackend(Backend):
+    name = "slow"
+
+    def build(self, module, donate):
+        return _Slow(get_backend("cpu").build(module, donate))
+
+
+def test_tensorflow_takes_the_step_back_where_it_ran_it_clearly_faster():
+    x, y = _data()
+    plain = _model()
+    plain.fit(x, y, batch_size=32, epochs=3, shuffle=False, verbose=0)
+    model = kerasjit.wrap(_model(), background=True)
+    model._kerasjit.train.backend = _SlowBackend()
+    watch = _Watch()
+    with pytest.warns(RuntimeWarning, match="TensorFlow ran the step faster"):
+        model.fit(x, y, batch_size=32, epochs=3, shuffle=False, verbose=0, callbacks=[watch])
+    # TensorFlow's epoch, the compiled step's first calls (timed), TensorFlow's again.
+    assert not any(watch.compiled[:8]) and any(watch.compiled) and not watch.compiled[-1]
+    for ours, theirs in zip(model.get_weights(), plain.get_weights()):
+        np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=2e-5)
 
 
 def test_the_program_ends_cleanly_while_a_compile_runs_in_the_background():
