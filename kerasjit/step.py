@@ -204,7 +204,9 @@ class CompiledStep:
         self.programs = {}          # (structure, signature) -> _Run, up to max_shapes
         self.compiling = {}         # (structure, signature) -> _Compiling
         self.verdicts = {}          # (structure, signature) -> _Verdict, after the switch
-        self.open_programs = {}     # past max_shapes: (structure, open signature) -> _Run
+        # Signatures TensorFlow runs: (structure, open signature) -> _Run.
+        self.open_programs = {}
+        self.seen_once, self.warned_cap = set(), False
 
     def _traced(self, structure, flat, open_batch=False):
         """The step as TensorFlow traces it for these arguments (with
@@ -259,7 +261,18 @@ class CompiledStep:
         if key in self.programs:
             return self.programs[key]
         if len(self.programs) >= self.max_shapes:
-            return self._past_the_cap(key, flat, args)
+            if not self.warned_cap:
+                self.warned_cap = True
+                warnings.warn(f"kerasjit: {self.name} has run with more than {self.max_shapes} "
+                              "input signatures; new ones run in TensorFlow (raise max_shapes "
+                              "to compile more)", RuntimeWarning, stacklevel=4)
+            return self._any_batch_size(key, flat, args)
+        if self.background and self.programs and key not in self.seen_once:
+            # A signature new to a step that has one already: TensorFlow runs it until
+            # it comes again (a partial last batch, a one-off predict_on_batch size
+            # would not repay a compile beside the training).
+            self.seen_once.add(key)
+            return self._any_batch_size(key, flat, args)
         shapes = [a.shape for a in flat if a is not None]
         what = f"{self.name}: {'tracing' if self.background else 'tracing and compiling'} " \
                f"for inputs {shapes}"
@@ -291,6 +304,10 @@ class CompiledStep:
             del self.compiling[key]
             if run is not tf_run and len(job.tf_times) > _Verdict.CALLS:
                 self.verdicts[key] = _Verdict(self.name, tf_run, job.tf_times)
+                if len(run.program.clusters) == 1:
+                    # The verdict times the whole step against TensorFlow's already:
+                    # a race of its one cluster would cost TensorFlow a trace of it.
+                    run.program.clusters[0].race = None
 
     def _timed(self, key, run, seconds):
         """A step's time, where the two tiers of its signature are compared."""
@@ -302,21 +319,16 @@ class CompiledStep:
                 self.programs[key] = kept
                 del self.verdicts[key]
 
-    def _past_the_cap(self, key, flat, args):
-        """The step for a signature past `max_shapes` others: TensorFlow runs it,
+    def _any_batch_size(self, key, flat, args):
+        """The step as TensorFlow runs it for a signature that is not compiled,
         traced once for every batch size (leading dims open), as Keras would."""
         structure, signature = key
         open_key = (structure, tuple(s and ((None, *s[0][1:]) if s[0] else s[0], s[1])
                                      for s in signature))
         if open_key not in self.open_programs:
-            if not self.open_programs:
-                warnings.warn(f"kerasjit: {self.name} has run with more than {self.max_shapes} "
-                              "input signatures; new ones run in TensorFlow (raise max_shapes "
-                              "to compile more)", RuntimeWarning, stacklevel=5)
             start = time.perf_counter()
             traced = self._traced(list(args), flat, open_batch=True)
-            self.open_programs[open_key] = self._in_tensorflow(
-                *traced, f"more than {self.max_shapes} input signatures")
+            self.open_programs[open_key] = self._in_tensorflow(*traced, "not compiled")
             self.events.append(CompileEvent(start, time.perf_counter() - start,
                                             f"{self.name}: tracing for any batch size"))
         return self.open_programs[open_key]

@@ -7,6 +7,8 @@ bridge rejects a node, the error names it; the caller moves that node to
 TensorFlow and partitions again.
 """
 import contextlib
+import hashlib
+import os
 import re
 
 import numpy as np
@@ -16,7 +18,9 @@ from tensorflow.compiler.xla.service import hlo_pb2
 from tensorflow.core.framework import graph_pb2
 from tensorflow.python.ops import control_flow_ops
 
-from ..hlo import parse_module
+from ..backends.cpu import cache
+from ..errors import HloParseError
+from ..hlo import parse_module, print_module
 from ..hlo.shape import DTYPES
 
 # Ops whose output shape depends on input values: the bridge can only give
@@ -70,7 +74,8 @@ def static_reason(node):
 
 
 def subgraph_function(nodes, library, inputs, outputs):
-    """A Python function of `inputs` tensors computing `outputs` via `nodes`."""
+    """A Python function of `inputs` tensors computing `outputs` via `nodes`,
+    and a digest of all that decides it (the bridge's cache key, with the specs)."""
     graph_def = graph_pb2.GraphDef()
     graph_def.node.extend(nodes)
     graph_def.library.CopyFrom(library)
@@ -78,7 +83,9 @@ def subgraph_function(nodes, library, inputs, outputs):
     def run(*args):
         return tf.graph_util.import_graph_def(
             graph_def, input_map=dict(zip(inputs, args)), return_elements=outputs, name="")
-    return run
+    digest = hashlib.sha256(graph_def.SerializeToString(deterministic=True))
+    digest.update(repr((inputs, outputs)).encode())
+    return run, digest.hexdigest()
 
 
 def literals_from_proto(serialized):
@@ -106,6 +113,26 @@ def _literal_values(literal):
     raw = {"s8": literal.s8s, "u8": literal.u8s, "f16": literal.f16s, "bf16": literal.bf16s,
            "s16": literal.s16s, "u16": literal.u16s}[type_name]
     return np.frombuffer(raw, dtype=dtype).reshape(dims)
+
+
+def cached_hlo_module(fn, digest, specs):
+    """hlo_module(fn, *specs), from the compile cache where this graph (its
+    subgraph_function digest) met the bridge before with these specs: the
+    bridge is most of a warm start's compile."""
+    key = hashlib.sha256(repr((digest, [(tuple(s.shape), s.dtype.name) for s in specs],
+                               tf.__version__, os.environ.get("TF_XLA_FLAGS"),
+                               os.environ.get("XLA_FLAGS"),
+                               [d.name for d in tf.config.list_logical_devices()])).encode())
+    key = "bridge-" + key.hexdigest()
+    text = cache.load_text(key)
+    if text is not None:
+        try:
+            return parse_module(text)
+        except HloParseError:
+            pass                   # (not what we stored: made again)
+    module = hlo_module(fn, *specs)
+    cache.store_text(key, print_module(module))
+    return module
 
 
 def hlo_module(fn, *args):

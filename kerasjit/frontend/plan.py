@@ -139,10 +139,10 @@ class Planner:
                 donate[inputs.index(old)] = outputs.index(new)
         return donate
 
-    def _compile_fn(self, fn, donate):
+    def _compile_fn(self, fn, digest, donate):
         def compile_for(specs):
             checkpoint()
-            module = bridge.hlo_module(fn, *specs)
+            module = bridge.cached_hlo_module(fn, digest, specs)
             return module, self.backend.compile(module, donate)
         return compile_for
 
@@ -158,8 +158,8 @@ class Planner:
         for cluster in self._partition():
             members = cluster.nodes
             inputs, outputs = self._boundary(members)
-            fn = bridge.subgraph_function(self._nodes_for(members), self.fg.library,
-                                          inputs, outputs)
+            fn, digest = bridge.subgraph_function(self._nodes_for(members), self.fg.library,
+                                                  inputs, outputs)
             ops = [(m, self.by_name[m].op) for m in members]
             run = ClusterRun(cluster.kind, ops, inputs, outputs, cluster.reason,
                              tf_function=tf.function(fn, autograph=False))
@@ -171,8 +171,9 @@ class Planner:
                 self.rejected.update(opaque)
                 return None
             name = f"'{members[0]}' ({len(members)} ops)"
-            run.specializer = Specializer(self._compile_fn(fn, self._donations(members, inputs,
-                                                                               outputs)),
+            run.specializer = Specializer(self._compile_fn(fn, digest,
+                                                           self._donations(members, inputs,
+                                                                           outputs)),
                                           name, self.cap, self.events)
             if self.race and any(op.startswith(_RACED_OPS) for _, op in ops):
                 run.race = Race(name)

@@ -179,3 +179,31 @@ def test_train_and_test_on_batch_after_fit_and_evaluate_reuse_their_compiled_ste
     assert len(model._kerasjit.train.programs) == 1
     assert len(model._kerasjit.test.programs) == 1
     assert [e.background for e in model._kerasjit.compile_events] == [False, False]
+
+
+def test_a_signature_after_the_first_compiles_only_when_it_comes_again():
+    x, y = _data(80)                    # batches of 32, 32 and a partial one of 16
+    plain = _model()
+    plain.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+    model = kerasjit.wrap(_model(), background=True)
+    step = model._kerasjit.train
+    model.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0)
+    assert len(step.programs) == 1 and len(step.open_programs) == 1
+    model.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0)
+    assert len(step.programs) == 2          # the partial batch, seen twice: compiling
+    step.wait()
+    for ours, theirs in zip(model.get_weights(), plain.get_weights()):
+        np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=2e-5)
+
+
+def test_one_off_predict_batch_sizes_share_one_trace_and_no_compile():
+    x, _ = _data(64)
+    plain = _model()
+    model = kerasjit.wrap(_model(), background=True)
+    for n in range(8, 32):
+        np.testing.assert_allclose(model.predict_on_batch(x[:n]), plain.predict_on_batch(x[:n]),
+                                   rtol=1e-5, atol=1e-6)
+    step = model._kerasjit.predict
+    step.wait()
+    assert len(step.programs) == 1 and len(step.open_programs) == 1
+    assert [e.background for e in model._kerasjit.compile_events].count(True) == 1

@@ -1,4 +1,5 @@
-"""Persistent compile cache: object code per (HLO, host CPU, versions).
+"""Persistent compile cache: object code per (HLO, host CPU, versions), and
+texts of earlier compile stages (the bridge's HLO per TensorFlow graph).
 
 Entries are native code this process runs, so only the user's own files in
 a directory only the user (and root) can change are trusted: the path is
@@ -30,6 +31,7 @@ from ...passes.util import ANNOTATION_ATTRS
 FORMAT = 4     # bump when what an entry holds changes
 MAGIC = b"kerasjit-cache"
 SUFFIX = ".kjc"
+TEXT_SUFFIX = ".kjt"
 MAX_ENTRY_BYTES = 1 << 30
 SHARED_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
@@ -106,11 +108,34 @@ def load(key):
 
 
 def store(key, record):
+    _store(key + SUFFIX, _encode(key, record))
+
+
+def load_text(key):
+    """The text stored under `key` by store_text, or None."""
+    directory = _open_directory()
+    if directory is None:
+        return None
+    try:
+        header, blobs = _unpack(_read_entry(directory, key + TEXT_SUFFIX), key)
+        return bytes(blobs[0]).decode()
+    except (OSError, BadEntry, IndexError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(directory)
+
+
+def store_text(key, text):
+    """Keep `text` (what a compile stage made, e.g. the bridge's HLO) under `key`."""
+    _store(key + TEXT_SUFFIX, _pack(key, {}, [text.encode()]))
+
+
+def _store(name, chunks):
     directory = _open_directory()
     if directory is None:
         return
     try:
-        _write_entry(directory, key + SUFFIX, _encode(key, record))
+        _write_entry(directory, name, chunks)
     except OSError:
         pass    # a full disk, or a directory at the entry's path, costs the next compile
     finally:
@@ -231,7 +256,7 @@ def _encode(key, record):
         return {"blob": len(blobs) - 1, "shape": array.shape}
 
     header = {
-        "key": key, "objects": list(range(len(record["objects"]))), "entry": record["entry"],
+        "objects": list(range(len(record["objects"]))), "entry": record["entry"],
         "kernels": record["kernels"], "cores_free": record["cores_free"],
         "counters": record["counters"],
         "program": {
@@ -239,14 +264,20 @@ def _encode(key, record):
                          "data": constant(b), "name": b.name} for b in program.buffers],
             "params": program.params, "outputs": program.outputs,
             "decisions": program.decisions, "storage": list(program.storage.items()),
-            "slot_bytes": program.slot_bytes, "aliases": list(program.aliases.items())},
-        "blobs": [[len(b), hashlib.sha256(b).hexdigest()] for b in blobs]}
+            "slot_bytes": program.slot_bytes, "aliases": list(program.aliases.items())}}
+    return _pack(key, header, blobs)
+
+
+def _pack(key, header, blobs):
+    """The chunks of an entry: magic line, JSON header (with the key and the
+    blobs' sizes and digests), the blobs."""
+    header = dict(header, key=key, blobs=[[len(b), hashlib.sha256(b).hexdigest()] for b in blobs])
     text = json.dumps(header).encode()
     return [_magic_line(text), text, b"\n", *blobs]
 
 
-def _decode(data, key):
-    """The record entry bytes `data` hold for `key`; BadEntry if anything is off."""
+def _unpack(data, key):
+    """(header, blobs) of entry bytes `data` for `key`; BadEntry if anything is off."""
     magic_end = data.find(b"\n") + 1
     header_end = data.find(b"\n", magic_end)
     header = data[magic_end:header_end]
@@ -255,7 +286,12 @@ def _decode(data, key):
     header = json.loads(header)
     if header["key"] != key:
         raise BadEntry("another key's entry")
-    blobs = _blobs(memoryview(data)[header_end + 1:], header["blobs"])
+    return header, _blobs(memoryview(data)[header_end + 1:], header["blobs"])
+
+
+def _decode(data, key):
+    """The record entry bytes `data` hold for `key`; BadEntry if anything is off."""
+    header, blobs = _unpack(data, key)
     plain = header["program"]
 
     def constant(buffer):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import kerasjit
 import kerasjit.backends.cpu as cpu
 from kerasjit.backends.cpu import cache
 from kerasjit.frontend.bridge import hlo_module
@@ -249,3 +250,24 @@ def test_entry_holding_another_key_is_ignored(compile_cache_dir):
     other_key = compile_fresh(other)[0]
     shutil.copy(compile_cache_dir / (key + ".kjc"), compile_cache_dir / (other_key + ".kjc"))
     np.testing.assert_allclose(result(other), other(*ARGS).numpy(), rtol=1e-6)
+
+
+def test_the_bridge_meets_a_graph_once(compile_cache_dir, monkeypatch):
+    """A warm start skips TensorFlow's bridge too: its HLO for a graph and specs
+    is cached text; a damaged text is made again."""
+    from kerasjit.frontend import bridge
+    first = kerasjit.jit(with_constants, backend="cpu")(*ARGS)
+    (entry,) = compile_cache_dir.glob("bridge-*.kjt")
+    made = []
+    original = bridge.hlo_module
+    monkeypatch.setattr(bridge, "hlo_module", lambda *args: made.append(1) or original(*args))
+    for _ in range(2):
+        again = kerasjit.jit(with_constants, backend="cpu")(*ARGS)
+        for a, b in zip(first, again):
+            np.testing.assert_array_equal(a, b)
+        assert made == []
+    entry.write_bytes(entry.read_bytes().replace(b"multiply", b"multiplx"))
+    again = kerasjit.jit(with_constants, backend="cpu")(*ARGS)
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+    assert made == [1]
