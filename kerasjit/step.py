@@ -23,7 +23,6 @@ from .frontend.functional import UnsupportedGraph, functionalize
 from .frontend.bridge import traced_for_xla
 from .frontend.plan import build_program, whole_step_in_tensorflow
 from .arrays import Rows, gathered
-from .runtime.race import MARGIN
 from .runtime.state import VariableState
 
 
@@ -131,7 +130,6 @@ class _Compiling:
     def __init__(self, build, what, events, announce):
         self.what, self.events, self.announce = what, events, announce
         self.run, self.error, self.done = None, None, threading.Event()
-        self.tf_times = []          # seconds per step of TensorFlow's meanwhile
         self.start = time.perf_counter()
 
         def work():
@@ -163,30 +161,41 @@ class _Compiling:
 
 
 class _Verdict:
-    """After the switch: the compiled step's first calls, once its clusters'
-    races are over, timed against TensorFlow's steps before it; TensorFlow
-    takes the step back if clearly faster (race.py's margin). Its steps ran
-    beside the compile, so the comparison leans towards the compiled step."""
+    """After the switch: CALLS + 1 steps compiled (once its clusters' races
+    are over), then CALLS + 1 in TensorFlow, the first of each untimed (it
+    moves the variables between Keras and the compiled step's arrays);
+    TensorFlow keeps the step where clearly faster. Both timed alike, after
+    the compile: TensorFlow's steps during the compile had fewer cores."""
     CALLS = 3
+    MARGIN = 0.9        # TensorFlow must be this much faster to keep the step
 
-    def __init__(self, name, tf_run, tf_times):
-        self.name, self.tf_run, self.times = name, tf_run, []
-        self.tf_best = min(tf_times[1:])      # (the first includes TensorFlow's warm-up)
+    def __init__(self, name, compiled, tf_run):
+        self.name, self.runs = name, {"compiled": compiled, "tensorflow": tf_run}
+        self.times = {"compiled": [], "tensorflow": []}
+        self.turns = ["compiled"] * (self.CALLS + 1) + ["tensorflow"] * (self.CALLS + 1)
+        self.calls = 0
+
+    def next_run(self):
+        return self.runs[self.turns[self.calls]]
 
     def timed(self, run, seconds):
         """The run to keep once decided, else None."""
-        if any(c.race is not None and c.race.winner is None for c in run.program.clusters):
+        turn = self.turns[self.calls]
+        if turn == "compiled" and any(c.race is not None and c.race.winner is None
+                                      for c in run.program.clusters):
+            return None         # (its clusters' races still run: the compiled step again)
+        if self.calls not in (0, self.CALLS + 1):
+            self.times[turn].append(seconds)
+        self.calls += 1
+        if self.calls < len(self.turns):
             return None
-        self.times.append(seconds)
-        if len(self.times) < self.CALLS:
-            return None
-        ours = min(self.times)
-        if self.tf_best >= MARGIN * ours:
-            return run
+        ours, theirs = min(self.times["compiled"]), min(self.times["tensorflow"])
+        if theirs >= self.MARGIN * ours:
+            return self.runs["compiled"]
         warnings.warn(f"kerasjit: {self.name} runs in TensorFlow: TensorFlow ran the step "
-                      f"faster here ({1000 * self.tf_best:.1f} vs {1000 * ours:.1f} ms compiled)",
+                      f"faster here ({1000 * theirs:.1f} vs {1000 * ours:.1f} ms compiled)",
                       RuntimeWarning, stacklevel=6)
-        return self.tf_run
+        return self.runs["tensorflow"]
 
 
 class CompiledStep:
@@ -258,6 +267,8 @@ class CompiledStep:
     def _program(self, key, flat, args):
         if key in self.compiling:
             self._adopt(key)
+        if key in self.verdicts:
+            return self.verdicts[key].next_run()
         if key in self.programs:
             return self.programs[key]
         if len(self.programs) >= self.max_shapes:
@@ -302,8 +313,8 @@ class CompiledStep:
         if run is not None:
             self.programs[key] = run
             del self.compiling[key]
-            if run is not tf_run and len(job.tf_times) > _Verdict.CALLS:
-                self.verdicts[key] = _Verdict(self.name, tf_run, job.tf_times)
+            if run is not tf_run:
+                self.verdicts[key] = _Verdict(self.name, run, tf_run)
                 if len(run.program.clusters) == 1:
                     # The verdict times the whole step against TensorFlow's already:
                     # a race of its one cluster would cost TensorFlow a trace of it.
@@ -311,9 +322,7 @@ class CompiledStep:
 
     def _timed(self, key, run, seconds):
         """A step's time, where the two tiers of its signature are compared."""
-        if key in self.compiling:
-            self.compiling[key].tf_times.append(seconds)
-        elif key in self.verdicts:
+        if key in self.verdicts:
             kept = self.verdicts[key].timed(run, seconds)
             if kept is not None:
                 self.programs[key] = kept

@@ -7,35 +7,23 @@ kernel (kerasjit.kernel_profile()).
 import contextlib
 import dataclasses
 import gc
-import math
 import threading
 
 from ...cancel import checkpoint
 from ...compiler import Backend
-from ...kernels.ir import LoopKernel, Reduce, leaf_steps, walk
+from ...kernels.ir import LoopKernel, leaf_steps
 from ...kernels.lower import lower
 from . import cache, engine, parallel, profile, workers
 from .blas import register_blas_symbols
-from .codegen import render_program
+from .codegen import long_running, render_program
 from .executable import CpuExecutable
 from .module_split import split_module
 
-# Iterations from which loops gain from unrolling. Measured: without unrolling
-# the elephant CNN's step (kernels of up to ~10^8 iterations) took 3x as long;
-# the softmax regression's and MLP's (up to ~2*10^5) ran as fast and compiled
-# in a third of the optimiser's time.
-LONG_LOOP = 1 << 22
-
-
 def has_long_loops(program):
-    """Whether a loop kernel runs LONG_LOOP innermost iterations or more (its
-    elements times its longest reduction)."""
-    def work(kernel):
-        folds = [math.prod(n.extents) for _, e in kernel.stores for n in walk(e)
-                 if isinstance(n, Reduce)]
-        return math.prod(kernel.dims) * max(folds, default=1)
-    return any(work(k) >= LONG_LOOP for k in leaf_steps(program.steps)
-               if isinstance(k, LoopKernel))
+    """Whether a loop kernel of `program` gains from LLVM's loop unrolling
+    (codegen.long_running): the module is then optimised with it, and only
+    those kernels' loops are unrolled."""
+    return any(long_running(k) for k in leaf_steps(program.steps) if isinstance(k, LoopKernel))
 
 
 # Modules shorter than this compile in one piece: in two, the LLVM time saved

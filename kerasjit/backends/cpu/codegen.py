@@ -8,6 +8,7 @@ reductions become inner loops whose accumulators live in allocas that
 LLVM promotes to registers. Large kernels run their outermost loop on
 several threads (parallel.py).
 """
+import math
 
 from llvmlite import ir
 
@@ -25,6 +26,21 @@ from .llvm_types import (I64, PTR, constant, counted_loop, linear, memory_type, 
 from .module_split import top_level
 from .ops import OpEmitter
 from .profile import Counters
+
+
+# Innermost iterations from which a kernel's loops gain from unrolling. Measured:
+# without unrolling the elephant CNN's step (kernels of up to ~10^8 iterations)
+# took 3x as long; the softmax regression's and MLP's (up to ~2*10^5) ran as
+# fast, and ResNet50's many brief kernels compile faster without it.
+LONG_LOOP = 1 << 22
+
+
+def long_running(kernel):
+    """Whether a loop kernel runs LONG_LOOP innermost iterations or more (its
+    elements times its longest reduction): its loops are unrolled, others' not."""
+    folds = [math.prod(n.extents) for _, e in kernel.stores for n in walk(e)
+             if isinstance(n, Reduce)]
+    return math.prod(kernel.dims) * max(folds, default=1) >= LONG_LOOP
 
 
 def kernel_buffers(kernel):
@@ -61,6 +77,7 @@ class _KernelBuilder:
         already under construction (an implicit GEMM's epilogue) instead."""
         self.module, self.ops, self.program, self.kernel = module, ops, program, kernel
         self.fn, self.split = fn, split
+        self.unroll = long_running(kernel)
         if at is None:
             self.b = ir.IRBuilder(fn.append_basic_block("entry"))
             buffers = kernel_buffers(kernel)
@@ -72,7 +89,7 @@ class _KernelBuilder:
 
     # ----------------------------------------------------------------- loops
     def loop(self, extent, body):
-        counted_loop(self.b, self.fn, extent, body)
+        counted_loop(self.b, self.fn, extent, body, self.unroll)
 
     def nest(self, extents, body, prefix=(), outermost=False):
         if not extents:
@@ -82,7 +99,7 @@ class _KernelBuilder:
         def inner(i):
             self.nest(extents[1:], body, prefix + (i,))
         if outermost and self.split:     # this thread's rows [lo, hi) only
-            run_time_loop(self.b, self.fn, *self.fn.args[-2:], inner)
+            run_time_loop(self.b, self.fn, *self.fn.args[-2:], inner, self.unroll)
         else:
             self.loop(extents[0], inner)
 

@@ -1,0 +1,69 @@
+"""What the CPU renderer makes of a kernel program: one function per kernel
+identity, and LLVM's loop unrolling only where a kernel runs long."""
+import dataclasses
+import re
+
+import numpy as np
+
+from kerasjit.backends.cpu.codegen import LONG_LOOP, render_program
+from kerasjit.backends.cpu.executable import CpuExecutable
+from kerasjit.backends.cpu import engine
+from kerasjit.kernels.identity import identity
+from kerasjit.kernels.ir import S64, Buffer, Index, KernelProgram, Load, LoopKernel, Op
+from kerasjit.kernels.storage import assign_storage
+
+
+def _tanh_kernel(name, source, target, dims):
+    index = tuple(Index(S64, d) for d in range(len(dims)))
+    return LoopKernel(name, dims, [(target, Op("f32", "tanh", (Load("f32", source, index),)))])
+
+
+def _program(small_dims, long_dims):
+    """tanh of params 0, 1 (small) and 2 (long) into outputs 3, 4, 5."""
+    buffers = [Buffer(i, "f32", dims, role) for i, (dims, role) in enumerate(
+        [(small_dims, "param"), (small_dims, "param"), (long_dims, "param"),
+         (small_dims, "output"), (small_dims, "output"), (long_dims, "output")])]
+    steps = [_tanh_kernel("first", 0, 3, small_dims), _tanh_kernel("second", 1, 4, small_dims),
+             _tanh_kernel("long", 2, 5, long_dims)]
+    return assign_storage(KernelProgram(buffers, steps, [0, 1, 2], [3, 4, 5]))
+
+
+def test_kernels_computing_the_same_over_other_buffers_share_one_function():
+    program = _program((3, 5), (4, 4))
+    first, second, _ = program.steps
+    assert identity(first, program.buffers, [0, 3]) == identity(second, program.buffers, [1, 4])
+    assert identity(first, program.buffers, [0, 3]) != identity(
+        _program((5, 3), (4, 4)).steps[0], _program((5, 3), (4, 4)).buffers, [0, 3])
+    text, kernels, _ = render_program(program, "shared")
+    (first_fn, _), (second_fn, _), (long_fn, _) = kernels[1:]
+    assert first_fn == second_fn != long_fn
+    assert len(re.findall(r'^define internal void @"shared_k\d+"', text, flags=re.M)) == 2
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(b.dims).astype(np.float32) for b in program.buffers[:3]]
+    outputs = _run_compiled(program, args)
+    for arg, out in zip(args, outputs):
+        np.testing.assert_allclose(out, np.tanh(arg), rtol=1e-6, atol=1e-6)
+
+
+def test_only_long_running_kernels_have_their_loops_unrolled():
+    program = _program((3, 5), (1 << 11, LONG_LOOP >> 11))
+    text, kernels, _ = render_program(program, "unroll")
+    disabled = set(re.findall(r'^(!\d+) = !\{ !"llvm.loop.unroll.disable" \}$', text, flags=re.M))
+    loops = dict(re.findall(r"^(!\d+) = distinct !\{ !\d+, (!\d+) \}$", text, flags=re.M))
+
+    def loops_kept_as_they_are(function):
+        body = text[text.index(f'define internal void @"{function}"('):]
+        body = body[:body.index("\n}")]
+        marked = [loops[m] for m in re.findall(r"!llvm.loop (!\d+)", body)]
+        assert set(marked) <= disabled
+        return len(marked)
+    (small, _), (long, _) = kernels[1], kernels[3]
+    assert loops_kept_as_they_are(small) >= 1 and loops_kept_as_they_are(long) == 0
+
+
+def _run_compiled(program, args):
+    """Run `program` compiled on `args` (its code made and linked here)."""
+    text, kernels, _ = render_program(program, "run_codegen_test")
+    objects = [engine.object_code(engine.optimize(text))]
+    address = engine.load_objects(objects, "run_codegen_test_entry")
+    return CpuExecutable(dataclasses.replace(program, steps=[]), address, kernels)(args)
