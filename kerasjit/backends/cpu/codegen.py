@@ -30,9 +30,9 @@ from .profile import Counters
 
 # Innermost iterations from which a kernel's loops gain from unrolling. Measured:
 # without unrolling the elephant CNN's step (kernels of up to ~10^8 iterations)
-# took 3x as long; the softmax regression's and MLP's (up to ~2*10^5) ran as
-# fast, and ResNet50's many brief kernels compile faster without it.
-LONG_LOOP = 1 << 22
+# took 3x as long, the MNIST convnet's (~3*10^6) 1.4x; the softmax regression's
+# and MLP's (up to ~2*10^5) ran as fast, and compiled in a third of the time.
+LONG_LOOP = 1 << 18
 
 
 def long_running(kernel):
