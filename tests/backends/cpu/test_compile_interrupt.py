@@ -9,8 +9,9 @@ import kerasjit.backends.cpu as cpu
 from kerasjit.backends.cpu import workers
 
 
-def long_module(functions=150, terms=300):
-    """LLVM IR that takes LLVM a second or more: loops of long chains of sums."""
+def long_module(functions=600, terms=300):
+    """LLVM IR that takes LLVM seconds (~1.4 s per 150 functions on a 2-core
+    EPYC, while the interrupt comes after 0.3 s): loops of long chains of sums."""
     def function(f):
         body = "\n".join(f"  %x{i} = getelementptr float, ptr %p, i64 %i\n"
                          f"  %v{i} = load float, ptr %x{i}\n"
