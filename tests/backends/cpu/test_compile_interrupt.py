@@ -9,9 +9,8 @@ import kerasjit.backends.cpu as cpu
 from kerasjit.backends.cpu import workers
 
 
-def long_module(functions=600, terms=300):
-    """LLVM IR that takes LLVM seconds (~1.4 s per 150 functions on a 2-core
-    EPYC, while the interrupt comes after 0.3 s): loops of long chains of sums."""
+def long_module(functions=150, terms=300):
+    """LLVM IR that takes LLVM a second or more: loops of long chains of sums."""
     def function(f):
         body = "\n".join(f"  %x{i} = getelementptr float, ptr %p, i64 %i\n"
                          f"  %v{i} = load float, ptr %x{i}\n"
@@ -39,6 +38,9 @@ def test_ctrl_c_during_llvm_takes_effect_before_llvm_returns(monkeypatch):
     the Ctrl-C at once, and the busy worker is stopped, not waited for."""
     pool = workers.Pool(1)
     monkeypatch.setattr(workers, "pool", pool)
+    # Python's own Ctrl-C handler, whatever this process inherited (a shell's
+    # background job starts with SIGINT ignored, and Python then installs none).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     main, signalled = threading.main_thread().ident, []
 
     def interrupt():
@@ -54,6 +56,7 @@ def test_ctrl_c_during_llvm_takes_effect_before_llvm_returns(monkeypatch):
         assert waited < 0.5, f"the interrupt waited {waited:.1f} s for LLVM"
         assert not pool.workers and busy.process.poll() is not None
     finally:
+        signal.signal(signal.SIGINT, previous)
         pool.close()
 
 
