@@ -313,7 +313,7 @@ class CompiledStep:
         if run is not None:
             self.programs[key] = run
             del self.compiling[key]
-            if run is not tf_run:
+            if run is not tf_run and self.race:
                 self.verdicts[key] = _Verdict(self.name, run, tf_run)
                 if len(run.program.clusters) == 1:
                     # The verdict times the whole step against TensorFlow's already:

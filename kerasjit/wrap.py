@@ -195,8 +195,8 @@ def wrap(model, backend="auto", max_shapes=8, race=True, background=None):
     race: time each compiled cluster that holds an op TensorFlow may run
     faster (a convolution, batched matmul or einsum, pooling, a scan, top-k)
     against TensorFlow on its first calls and keep TensorFlow where it is
-    clearly faster (a compiler backend only; False always runs compiled
-    code). background: a step compiles on a thread of its own while
+    clearly faster, and a background-compiled step against TensorFlow's
+    whole step (a compiler backend only; False always runs compiled code). background: a step compiles on a thread of its own while
     TensorFlow runs it (training starts at once; the compiled step takes over
     between two steps, with the variables as TensorFlow left them); False
     waits for the compile; None: True unless KERASJIT_BACKGROUND=0. Bad
