@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 import keras
 import numpy as np
 
+from .distribute import replicated, split_batch, strategy_of
 from .hlo import print_module
 from .step import CompiledStep
 
@@ -83,12 +84,15 @@ def explain(model_or_fn, *example_inputs, backend="auto"):
     if isinstance(model_or_fn, keras.Model):
         model = model_or_fn
         state = getattr(model, "_kerasjit", None)
-        step = state.train if state else CompiledStep(model.train_step, backend, "train_step")
+        strategy = strategy_of(model)
+        step = state.train if state else CompiledStep(
+            replicated(model.train_step, strategy, "auto") if strategy else model.train_step,
+            backend, "train_step")
         # As fit feeds them: floating-point arrays cast to Keras's float type.
         batch = tuple(np.asarray(a, keras.backend.floatx())
                       if a is not None and np.asarray(a).dtype.kind == "f" else a
                       for a in example_inputs)
-        program = step.program_for(batch)
+        program = step.program_for(*(split_batch(batch, strategy) if strategy else (batch,)))
         return Explanation(f"{model.name}.train_step", program)
     step = model_or_fn if isinstance(model_or_fn, CompiledStep) else \
         CompiledStep(model_or_fn, backend)

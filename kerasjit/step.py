@@ -245,11 +245,11 @@ class CompiledStep:
         """The traced step made pure, partitioned and compiled."""
         try:
             fg = functionalize(concrete)
+            program = build_program(fg, self.backend, self.max_shapes, self.events, self.race)
         except UnsupportedGraph as e:     # the whole step runs as TensorFlow traced it
             warnings.warn(f"kerasjit: {self.name} runs in TensorFlow: {e}", RuntimeWarning,
                           stacklevel=5)
             return self._in_tensorflow(concrete, out_structure, str(e))
-        program = build_program(fg, self.backend, self.max_shapes, self.events, self.race)
         recheck = whole_step_in_tensorflow(concrete, "its inputs failed a check", self.store) \
             if fg.checked else None
         return _Run(program, VariableState(fg.variables, fg.state_outputs, self.store),
@@ -359,9 +359,10 @@ class CompiledStep:
         """The Program these arguments run (traced and compiled if new, waited for
         if compiling in the background)."""
         key, flat = self._key(args)
-        self._program(key, flat, args)
+        self.seen_once.add(key)     # (compiled now, not left to TensorFlow as a one-off)
+        run = self._program(key, flat, args)
         self.wait()
-        return self.programs[key].program
+        return self.programs[key].program if key in self.programs else run.program
 
     def __call__(self, *args):
         return self.run_many([args])

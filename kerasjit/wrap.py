@@ -18,6 +18,8 @@ from .backends import get_backend
 from .runtime import feed
 from .arrays import gathered
 from .runtime.state import ResidentStore
+from .distribute import (check_strategy, local_batches, multi_worker, replicated,
+                         strategy_of, symbolic_build)
 from .step import CompiledStep
 
 
@@ -34,13 +36,24 @@ class JitState:
         self.store = ResidentStore()
         self.verbose = False          # set while a verbose fit runs: compiles say so
         announce = lambda: self.verbose     # noqa: E731
-        self.train = CompiledStep(model.train_step, backend, "train_step", max_shapes,
-                                  self.compile_events, self.store, announce, race, background)
-        self.test, self.predict = (
-            CompiledStep(step, backend, name, max_shapes, self.compile_events, self.store,
-                         announce, race, background)
-            for step, name in ((model.test_step, "test_step"),
-                               (model.predict_step, "predict_step")))
+        self.strategy = strategy_of(model)
+        if self.strategy is not None and multi_worker(self.strategy):
+            # Every worker must switch to the compiled step at the same step (their
+            # collectives meet by key): no background compile, no timing verdict.
+            background = False
+        self.train, self.test, self.predict = (
+            CompiledStep(self._replicated(step, reduction), backend, name, max_shapes,
+                         self.compile_events, self.store, announce, race, background)
+            for step, name, reduction in ((model.train_step, "train_step", "auto"),
+                                          (model.test_step, "test_step", "auto"),
+                                          (model.predict_step, "predict_step", "concat")))
+
+    def _replicated(self, step, reduction):
+        return step if self.strategy is None else replicated(step, self.strategy, reduction)
+
+    def arguments(self, batch):
+        """A step's arguments for one of Keras's batches."""
+        return (batch,) if self.strategy is None else local_batches(batch, self.strategy)
 
     def buffer_bytes(self):
         return sum(run.program.buffer_bytes() for step in (self.train, self.test, self.predict)
@@ -63,7 +76,8 @@ def _build_variables(model, batch):
     the first trace, as Keras's other backends do: tf.function traces a function
     that creates variables twice (reports/tuning-measurements.md)."""
     try:
-        model._symbolic_build(data_batch=batch)
+        with model.distribute_strategy.scope():     # (mirrored variables under a strategy)
+            model._symbolic_build(data_batch=batch)
     except Exception:   # (a Keras without it, or a model it cannot build: the trace will)
         pass
 
@@ -77,14 +91,14 @@ def _same_as_fit(batch):
     return batch
 
 
-def _steps(model, step):
+def _steps(model, state, step):
     """A Keras train/test function: up to steps_per_execution steps per call,
     run together (one native call where the step compiles to one cluster)."""
     def function(iterator):
         batches = []
         for _ in range(model.steps_per_execution):
             try:
-                batches.append((_same_as_fit(next(iterator)),))
+                batches.append(state.arguments(_same_as_fit(next(iterator))))
             except (StopIteration, tf.errors.OutOfRangeError):
                 break
         if not batches:
@@ -183,7 +197,7 @@ def _metrics_result_entry(get_metrics_result, model, state):
 _ENTRIES = ("evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch")
 # Every instance attribute wrap sets; re-wrapping restores Keras's own first.
 _WRAPPED_METHODS = ("fit", "compile", *_ENTRIES, "get_metrics_result", "make_train_function",
-                    "make_test_function", "make_predict_function")
+                    "make_test_function", "make_predict_function", "_maybe_symbolic_build")
 
 
 def wrap(model, backend="auto", max_shapes=8, race=True, background=None):
@@ -203,6 +217,8 @@ def wrap(model, backend="auto", max_shapes=8, race=True, background=None):
     input raises before the model is changed.
     """
     _check_model(model)
+    if strategy_of(model) is not None:
+        check_strategy(strategy_of(model))
     if background is None:
         background = os.environ.get("KERASJIT_BACKGROUND", "1") != "0"
     previous = getattr(model, "_kerasjit", None)
@@ -215,18 +231,19 @@ def wrap(model, backend="auto", max_shapes=8, race=True, background=None):
 
     def make_train_function(force=False):
         if model.train_function is None or force:
-            model.train_function = _steps(model, state.train)
+            model.train_function = _steps(model, state, state.train)
         return model.train_function
 
     def make_test_function(force=False):
         if model.test_function is None or force:
-            model.test_function = _steps(model, state.test)
+            model.test_function = _steps(model, state, state.test)
         return model.test_function
 
     def make_predict_function(force=False):
         if model.predict_function is None or force:
             def predict_function(batches):
-                outputs = state.predict.run_many([(b,) for b in batches], keep_all=True)
+                outputs = state.predict.run_many([state.arguments(b) for b in batches],
+                                                 keep_all=True)
                 # Keras joins numpy outputs only through feed.py's stand-ins.
                 return outputs if feed.active() else tf.nest.map_structure(tf.constant, outputs)
             model.predict_function = predict_function
@@ -250,5 +267,7 @@ def wrap(model, backend="auto", max_shapes=8, race=True, background=None):
     model.make_train_function = make_train_function
     model.make_test_function = make_test_function
     model.make_predict_function = make_predict_function
+    if state.strategy is not None and multi_worker(state.strategy):
+        model._maybe_symbolic_build = symbolic_build(model)
     model.train_function = model.test_function = model.predict_function = None
     return model

@@ -35,6 +35,12 @@ PYTHON_OPS = {"EagerPyFunc", "PyFunc", "PyFuncStateless"}
 STATEFUL_RANDOM_OPS = {"RandomUniform", "RandomUniformInt", "RandomStandardNormal",
                        "TruncatedNormal", "RandomShuffle", "Multinomial", "RandomGamma",
                        "RandomPoisson", "RandomPoissonV2"}
+# A strategy's cross-replica ops: TensorFlow runs them (on the devices they
+# name), all of a step's in one cluster (plan.py), since each waits for the others.
+COLLECTIVES = {"CollectiveReduceV2", "CollectiveGatherV2", "CollectiveBcastSendV2",
+               "CollectiveBcastRecvV2", "CollectiveAllToAllV2", "CollectiveReduce",
+               "CollectiveGather", "CollectiveBcastSend", "CollectiveBcastRecv",
+               "NcclAllReduce", "NcclReduce", "NcclBroadcast"}
 _REJECTED_NODE = re.compile(r"\{\{node ([^}]+)\}\}|node `([^`]+)`")
 
 
@@ -62,6 +68,8 @@ def static_reason(node):
     """Why a node can never be compiled, or '' (decided without the bridge)."""
     if node.op in PYTHON_OPS:
         return "tf.py_function runs Python"
+    if node.op in COLLECTIVES:
+        return "a collective across replicas: TensorFlow runs it"
     if node.op in STATEFUL_RANDOM_OPS:
         return "stateful random op: its stream is TensorFlow's own"
     if node.op in DYNAMIC_SHAPE_OPS:

@@ -22,6 +22,7 @@ import tensorflow as tf
 from tensorflow.core.framework import node_def_pb2
 from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
 
+from .bridge import COLLECTIVES
 from .checks import add_input_checks, asserted_condition
 from .loops import LOOPS, as_function, retyped_loop, value_arguments
 from .nodes import Builder, const, node, node_name, placeholder, tensor_name
@@ -47,6 +48,9 @@ class FunctionalGraph:
     outputs: list               # tensor names of the function's flat outputs
     state_outputs: dict = field(default_factory=dict)   # variable index -> tensor name
     specs: dict = field(default_factory=dict)   # tensor name -> tf.TensorSpec (as traced)
+    # Captured resources that only TensorFlow's ops read (collectives' ordering
+    # tokens): placeholder tensor name -> the handle, fed to the clusters as is.
+    resources: dict = field(default_factory=dict)
     checked: bool = False       # the last output says whether the inputs passed checks.py's
 
 
@@ -57,20 +61,25 @@ def functionalize(concrete_fn):
     specs = {t.name: tf.TensorSpec(t.shape, t.dtype)
              for op in graph.get_operations() for t in op.outputs}
     variables_by_handle = {id(v.handle): v for v in graph.variables}
-    internal_to_var, constants = {}, {}
+    internal_to_var, constants, tokens = {}, {}, {}
     for external, internal in graph.captures:
         var = variables_by_handle.get(id(external))
         if var is not None:
             internal_to_var[internal.op.name] = var
         elif internal.dtype == tf.resource:
-            raise UnsupportedGraph(f"captured resource '{internal.op.name}' is not a variable")
+            tokens[internal.op.name] = external   # a collective's ordering token
         else:
             constants[internal.op.name] = external.numpy()
+    # Values captured by reference (a strategy's collective instance keys), as
+    # they are now: the same keys serve every call, as in a TF1 graph.
+    captures = graph.function_captures
+    for key, internal in captures.by_ref_internal.items():
+        constants[internal.op.name] = np.reshape(captures.by_ref_external[key](), internal.shape)
 
     variables = list({id(v): v for v in internal_to_var.values()}.values())
     var_index = {id(v): i for i, v in enumerate(variables)}
     state_inputs = [f"kerasjit_state_{i}" for i in range(len(variables))]
-    walker = _Walker(graph_def.library, specs, internal_to_var)
+    walker = _Walker(graph_def.library, specs, internal_to_var, tokens)
     walker.nodes = [placeholder(n, v.dtype, v.shape) for n, v in zip(state_inputs, variables)]
     specs.update((tensor_name(n), tf.TensorSpec(v.shape, v.dtype))
                  for n, v in zip(state_inputs, variables))
@@ -90,9 +99,10 @@ def functionalize(concrete_fn):
         if tensor_name(walker.current[internal]) != tensor_name(state_inputs[i]):
             state_outputs[i] = tensor_name(walker.current[internal])
     outputs = [tensor_name(walker.resolve(t.name)) for t in concrete_fn.outputs]
-    inputs = [t.name for t in graph.inputs[:len(graph.inputs) - len(graph.captures)]]
+    inputs = [t.name for t in graph.inputs[:len(graph.inputs) - len(concrete_fn.captured_inputs)]]
     fg = FunctionalGraph(walker.nodes, graph_def.library, inputs, variables,
-                         [tensor_name(n) for n in state_inputs], outputs, state_outputs, specs)
+                         [tensor_name(n) for n in state_inputs], outputs, state_outputs, specs,
+                         {tensor_name(name): handle for name, handle in tokens.items()})
     asserted = walker.asserted
     return add_input_checks(rewrite_for_tf_parity(_prune(fg, asserted)), asserted)
 
@@ -104,8 +114,9 @@ class _Walker:
     of it, a function's argument bound to it and a loop's output passing it
     on are aliases, so an update through one is seen through the others."""
 
-    def __init__(self, library, specs, internal_to_var):
+    def __init__(self, library, specs, internal_to_var, tokens=()):
         self.functions = {f.signature.name: f for f in library.function}
+        self.tokens = tokens          # captured resources that order collectives
         self.library, self.specs, self.internal_to_var = library, specs, internal_to_var
         self.aliases = {internal: internal for internal in internal_to_var}  # name -> root
         self.current = {}             # root -> tensor holding its value
@@ -147,10 +158,15 @@ class _Walker:
             return
         new = node_def_pb2.NodeDef()
         new.CopyFrom(n)
-        new.device = ""                  # placement is the runtime's business
+        if n.op not in COLLECTIVES:     # a collective's device is its member of the group;
+            new.device = ""             # other placement is the runtime's business
         new.attr.pop("_class", None)     # colocation with nodes a cluster may lack
         del new.input[:]
         new.input.extend(r for r in map(self.resolve, n.input) if r is not None)
+        if "Nordering_token" not in n.attr and any(node_name(i) in self.tokens
+                                                   for i in n.input):
+            raise UnsupportedGraph(f"op {n.op} ('{n.name}') uses a captured resource that "
+                                   "is not a variable")
         self.nodes.append(new)
 
     def _variable_op(self, n, handle):

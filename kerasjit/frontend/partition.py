@@ -12,6 +12,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
+from ..errors import UnsupportedGraph
+
 
 @dataclass(frozen=True)
 class Node:
@@ -20,6 +22,7 @@ class Node:
     control_inputs: tuple = ()  # names of control predecessors (ordering edges)
     compilable: bool = True
     reason: str = ""  # why not compilable (kept for explain())
+    together: object = None  # nodes with one such key run in one cluster (a collective's members)
 
 
 @dataclass
@@ -170,10 +173,30 @@ def _merge_unconnected_compiled(dag, tnodes):
     Two clusters without a path between them can never close a cycle."""
     roots = sorted({dag.find(v) for v, n in enumerate(tnodes) if n.compilable},
                    key=dag.rank.__getitem__)
-    for r in roots[1:]:
-        first, other = dag.find(roots[0]), dag.find(r)
-        a, b = sorted((first, other), key=dag.rank.__getitem__)
-        dag.try_merge(a, b)
+    # Into the first cluster, else into the one before (two clusters after a
+    # TensorFlow one, such as the updates of two replicas after their all-reduce):
+    # two tries per cluster, not one per pair.
+    for before, r in zip(roots, roots[1:]):
+        for other in (roots[0], before):
+            a, b = sorted((dag.find(other), dag.find(r)), key=dag.rank.__getitem__)
+            if a != b and dag.try_merge(a, b):
+                break
+
+
+def _merge_together(dag, tnodes):
+    """One cluster for the nodes of each `together` key: the members of one
+    collective wait for each other, so none may run before the others start."""
+    groups = {}
+    for v, n in enumerate(tnodes):
+        if n.together is not None:
+            groups.setdefault(n.together, []).append(v)
+    for members in groups.values():
+        for v in members[1:]:
+            a, b = sorted((dag.find(members[0]), dag.find(v)), key=dag.rank.__getitem__)
+            if a != b and not dag.try_merge(a, b):
+                raise UnsupportedGraph(
+                    f"{tnodes[members[0]].name} and {tnodes[v].name} must run in one "
+                    "cluster, but one depends on the other's cluster")
 
 
 def partition(nodes: list[Node]) -> list[Cluster]:
@@ -201,6 +224,7 @@ def partition(nodes: list[Node]) -> list[Cluster]:
                         changed = True
 
     _merge_unconnected_compiled(dag, tnodes)
+    _merge_together(dag, tnodes)
 
     members = {}
     for v in range(len(tnodes)):  # ascending v keeps each cluster topo-ordered

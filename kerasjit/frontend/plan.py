@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import op_def_registry
 
 from ..cancel import checkpoint
 from ..hlo.gemm import dot_layout
@@ -67,8 +68,25 @@ class Planner:
                                     if d not in self.sources and not i.startswith("^")),
                               tuple(d for d, i in zip(deps, n.input)
                                     if d not in self.sources and i.startswith("^")),
-                              compilable=not reason, reason=reason))
+                              compilable=not reason, reason=reason,
+                              together=self._collective_instance(n)))
         return partition(nodes)
+
+    def _collective_instance(self, n):
+        """What identifies the collective `n` takes part in (its group and
+        instance keys, or NCCL's shared name), or None for other ops."""
+        if n.op not in bridge.COLLECTIVES:
+            return None
+        if "shared_name" in n.attr:
+            return n.attr["shared_name"].s
+        if "instance_key" in n.attr:
+            return n.attr["group_key"].i, n.attr["instance_key"].i
+        arguments = [a.name for a in op_def_registry.get(n.op).input_arg]
+        keys = [self.by_name.get(node_name(n.input[arguments.index(k)]))
+                for k in ("group_key", "instance_key")]
+        if any(k is None or k.op != "Const" for k in keys):
+            return n.name       # (keys known only at run time: no partner known)
+        return tuple(tf.make_ndarray(k.attr["value"].tensor).item() for k in keys)
 
     def _opaque_edges(self, members, inputs, outputs):
         """{member node: why} for the nodes of a compiled cluster that take or
@@ -206,7 +224,7 @@ def build_program(fg, backend, cap=8, events=None, race=True):
     faster one keeps it."""
     planner = Planner(fg, backend, cap, events, race)
     clusters = planner.plan()
-    constants = {}
+    constants = dict(fg.resources)
     for t in fg.outputs + list(fg.state_outputs.values()):
         node = planner.by_name.get(node_name(t))
         if node is not None and node.op == "Const":
@@ -225,8 +243,8 @@ def whole_step_in_tensorflow(concrete, reason, store=None):
             store.flush()
         return concrete(*args)
     nodes = concrete.graph.as_graph_def().node
-    captured = {t.name for _, t in concrete.graph.captures}
-    inputs = [t.name for t in concrete.inputs if t.name not in captured]
+    inputs = [t.name for t in concrete.inputs[:len(concrete.inputs)
+                                              - len(concrete.captured_inputs)]]
     outputs = [t.name for t in concrete.outputs]
     cluster = ClusterRun("tensorflow", [(n.name, n.op) for n in nodes], inputs, outputs,
                          reason, run)

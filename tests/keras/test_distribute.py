@@ -1,0 +1,168 @@
+"""Wrapped models under tf.distribute strategies train as plain Keras does.
+
+Strategies need devices configured before TensorFlow starts (two logical
+CPUs) or processes of their own (workers): each case runs in a subprocess.
+"""
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import kerasjit
+from kerasjit.distribute import check_strategy
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "multi_worker.py"
+
+_MIRRORED = textwrap.dedent("""
+    import json
+    import numpy as np, tensorflow as tf
+    cpus = tf.config.list_physical_devices("CPU")
+    tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+    import keras, kerasjit
+    from kerasjit import workloads
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    cases = {"mlp": (workloads.mlp, (784,)), "cnn": (workloads.mnist_cnn, (28, 28, 1))}
+    results = {}
+    for name, (build, shape) in cases.items():
+        x, y = workloads.classification_data(320, shape, 10)
+        runs = {}
+        for mode in ("plain", "kerasjit"):
+            keras.utils.set_random_seed(7)
+            with strategy.scope():
+                model = build()          # (the seed MLP and the MNIST convnet, dropout and all)
+            if mode == "kerasjit":
+                model = kerasjit.wrap(model, race=False)
+            history = model.fit(x, y, batch_size=64, epochs=2, shuffle=False, verbose=0)
+            runs[mode] = dict(
+                weights=[w.tolist() for w in model.get_weights()], loss=history.history["loss"],
+                evaluate=model.evaluate(x, y, batch_size=64, verbose=0),
+                predict=model.predict(x[:100], batch_size=64, verbose=0).tolist())
+            if mode == "kerasjit":
+                clusters = kerasjit.explain(model, x[:64], y[:64]).clusters
+                runs[mode]["clusters"] = [(c.kind, c.ops) for c in clusters]
+        results[name] = runs
+    print("RESULTS" + json.dumps(results))
+""")
+
+
+def _python(code_or_args, timeout=600):
+    args = ["-c", code_or_args] if isinstance(code_or_args, str) else code_or_args
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def mirrored():
+    out = _python(_MIRRORED).stdout
+    return json.loads(out[out.index("RESULTS") + len("RESULTS"):])
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_mirrored_strategy_trains_like_plain_keras_under_it(mirrored, name):
+    plain, ours = mirrored[name]["plain"], mirrored[name]["kerasjit"]
+    for theirs, mine in zip(plain["weights"], ours["weights"]):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=2e-5)
+    np.testing.assert_allclose(ours["loss"], plain["loss"], rtol=1e-4)
+    np.testing.assert_allclose(ours["evaluate"], plain["evaluate"], rtol=1e-4)
+    np.testing.assert_allclose(ours["predict"], plain["predict"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_the_replicas_steps_compile_and_the_all_reduce_runs_in_tensorflow(mirrored, name):
+    clusters = mirrored[name]["kerasjit"]["clusters"]
+    kinds = [kind for kind, _ in clusters]
+    assert kinds == ["compiled", "tensorflow", "compiled"], clusters
+    # (one all-reduce per replica, run together: each waits for the other)
+    assert set(clusters[1][1]) == {"CollectiveReduceV2"} and len(clusters[1][1]) >= 2
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("multi_worker", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _one_process(example, epochs):
+    """The same training in one process, without a strategy: each step's
+    gradient is the global batch's, which the workers' all-reduce rebuilds."""
+    keras.utils.set_random_seed(1)
+    model = example.build("mlp")
+    x, y = example.data("mlp")
+    history = model.fit(x, y, batch_size=example.GLOBAL_BATCH, epochs=epochs, shuffle=False,
+                        verbose=0)
+    return model.get_weights(), history.history["loss"]
+
+
+def _workers(out):
+    return [np.load(out / f"worker{i}.npz") for i in range(2)]
+
+
+def _assert_trained_as(workers, weights, loss):
+    for w in workers:
+        for i, expected in enumerate(weights):
+            np.testing.assert_allclose(w[f"arr_{i}"], expected, rtol=1e-4, atol=2e-5)
+        np.testing.assert_allclose(w["loss"][-1], loss[-1], rtol=1e-4)
+    for i in range(len(weights)):     # the workers' copies stay identical
+        np.testing.assert_array_equal(workers[0][f"arr_{i}"], workers[1][f"arr_{i}"])
+
+
+def test_two_worker_processes_train_as_one_process_would(tmp_path):
+    # (Keras 3 itself fails under MultiWorkerMirroredStrategy before its first step,
+    # keras-team/keras#20585: the yardstick is one process on the global batch.)
+    out = _python([str(EXAMPLE), "--epochs", "2", "--out", str(tmp_path)]).stdout
+    assert "2 replicas in sync" in out and "CollectiveReduceV2" in out
+    _assert_trained_as(_workers(tmp_path), *_one_process(_example(), epochs=2))
+
+
+def test_a_lost_worker_resumes_from_backup_and_restore_with_nothing_lost(tmp_path):
+    backup, out = tmp_path / "backup", tmp_path / "out"
+    out.mkdir()
+    lost = subprocess.run([sys.executable, str(EXAMPLE), "--epochs", "3", "--backup", str(backup),
+                           "--exit-at", "1:5"], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT)
+    assert lost.returncode != 0 and "workers exited with" in lost.stderr
+    # Restarted, the workers resume at epoch 2 from the backup of epoch 1's end.
+    resumed = _python([str(EXAMPLE), "--epochs", "3", "--backup", str(backup),
+                       "--out", str(out)]).stdout
+    assert "Epoch 1/3" not in resumed and "Epoch 2/3" in resumed
+    _assert_trained_as(_workers(out), *_one_process(_example(), epochs=3))
+
+
+def test_a_strategy_kerasjit_cannot_run_is_refused_by_name():
+    from tensorflow.python.distribute.parameter_server_strategy_v2 import \
+        ParameterServerStrategyV2
+    # (a real instance, without the cluster its constructor would connect to)
+    strategy = ParameterServerStrategyV2.__new__(ParameterServerStrategyV2)
+    with pytest.raises(NotImplementedError, match="does not support ParameterServerStrategyV2"):
+        check_strategy(strategy)
+
+
+def test_one_device_strategy_trains_like_plain_keras():
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    x = np.random.default_rng(0).standard_normal((96, 8)).astype(np.float32)
+    y = (x.sum(axis=1, keepdims=True) > 0).astype(np.float32)
+    weights = []
+    for jit in (False, True):
+        keras.utils.set_random_seed(2)
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, activation="relu"),
+                                      keras.layers.Dense(1, activation="sigmoid")])
+            model.compile(optimizer="adam", loss="binary_crossentropy")
+        if jit:
+            model = kerasjit.wrap(model, race=False)
+        model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+        weights.append(model.get_weights())
+    for ours, theirs in zip(weights[1], weights[0]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
