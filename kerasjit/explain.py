@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 import keras
 import numpy as np
 
-from .distribute import replicated, split_batch, strategy_of
+from .runtime.distribute import replicated, split_batch, strategy_of
 from .hlo import print_module
 from .step import CompiledStep
 

@@ -18,7 +18,7 @@ from .backends import get_backend
 from .runtime import feed
 from .arrays import gathered
 from .runtime.state import ResidentStore
-from .distribute import (check_strategy, local_batches, multi_worker, replicated,
+from .runtime.distribute import (check_strategy, local_batches, multi_worker, replicated,
                          strategy_of, symbolic_build)
 from .step import CompiledStep
 
@@ -267,7 +267,7 @@ def wrap(model, backend="auto", max_shapes=8, race=True, background=None):
     model.make_train_function = make_train_function
     model.make_test_function = make_test_function
     model.make_predict_function = make_predict_function
-    if state.strategy is not None and multi_worker(state.strategy):
+    if state.strategy is not None:
         model._maybe_symbolic_build = symbolic_build(model)
     model.train_function = model.test_function = model.predict_function = None
     return model

@@ -24,6 +24,7 @@ from tensorflow.python.framework.function_def_to_graph import function_def_to_gr
 
 from .bridge import COLLECTIVES
 from .checks import add_input_checks, asserted_condition
+from .collectives import local_all_reduces
 from .loops import LOOPS, as_function, retyped_loop, value_arguments
 from .nodes import Builder, const, node, node_name, placeholder, tensor_name
 from .rewrites import rewrite_for_tf_parity
@@ -104,7 +105,10 @@ def functionalize(concrete_fn):
                          [tensor_name(n) for n in state_inputs], outputs, state_outputs, specs,
                          {tensor_name(name): handle for name, handle in tokens.items()})
     asserted = walker.asserted
-    return add_input_checks(rewrite_for_tf_parity(_prune(fg, asserted)), asserted)
+    fg = _prune(local_all_reduces(fg), asserted)
+    live = {n.name for n in fg.nodes}
+    fg.resources = {t: h for t, h in fg.resources.items() if node_name(t) in live}
+    return add_input_checks(rewrite_for_tf_parity(fg), asserted)
 
 
 class _Walker:

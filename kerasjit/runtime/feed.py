@@ -5,11 +5,12 @@ pythonify_logs and predict's concatenation resolve to the stand-ins below:
 in-memory arrays are batched by Keras's own ArrayDataAdapter as numpy (same
 shuffling, weights and last batch), logs of numpy scalars become floats
 directly, and predict's outputs stay numpy. Datasets, generators, PyDatasets
-and distribution strategies keep Keras's tf.data path, which costs more per
+and multi-worker strategies keep Keras's tf.data path, which costs more per
 batch than a small model's step (reports/tuning-measurements.md).
 """
 import contextlib
 import contextvars
+import functools
 
 import numpy as np
 import tensorflow as tf
@@ -21,6 +22,7 @@ from keras.src import tree
 from keras.src.utils import python_utils
 
 from ..arrays import Rows
+from .distribute import multi_worker, split_batch, strategy_of
 from .prefetch import Prefetcher
 
 _KERAS_ITERATOR = tf_trainer.TFEpochIterator
@@ -28,6 +30,8 @@ _KERAS_PYTHONIFY = python_utils.pythonify_logs
 _KERAS_CONCAT = tf_trainer.potentially_ragged_concat
 _KERAS_TO_NUMPY = tf_trainer.convert_to_np_if_not_ragged
 _FEEDING = contextvars.ContextVar("kerasjit_feeding", default=False)
+# Under a strategy: a batch -> its replicas' parts (distribute.split_batch).
+_SPLIT = contextvars.ContextVar("kerasjit_split", default=None)
 # The Prefetchers of the innermost feeding block, closed when it ends: no thread
 # draws batches after fit/evaluate/predict returns.
 _PREFETCHERS = contextvars.ContextVar("kerasjit_prefetchers", default=None)
@@ -49,16 +53,20 @@ class ArrayEpochIterator(EpochIterator):
     shuffled batch stays Rows of the data (gathered by the native call, see
     arrays.Rows) and an unshuffled one a view: same batches, same RNG draws."""
 
-    def __init__(self, *args, shuffle=False, **kwargs):
+    def __init__(self, *args, shuffle=False, split=None, **kwargs):
         super().__init__(*args, shuffle=shuffle, **kwargs)
         self._prefetch = shuffle != "batch"
+        self._split = split     # a batch -> its replicas' parts, under a strategy
 
     def _get_iterator(self):
-        lazy = self._lazy_batches() if self.steps_per_execution > 1 else None
+        lazy = self._lazy_batches() if self.steps_per_execution > 1 and not self._split \
+            else None
         if lazy is not None:
             return lazy
         # As many batches ahead as one call of the step function takes.
         batches = super()._get_iterator()
+        if self._split:
+            batches = map(self._split, batches)
         if not self._prefetch:
             return batches
         prefetcher = Prefetcher(batches, self.steps_per_execution)
@@ -100,7 +108,8 @@ def _dense_arrays(*arrays):
 def epoch_iterator(distribute_strategy=None, x=None, y=None, sample_weight=None, **kwargs):
     """Stands in for TFEpochIterator: numpy batches for arrays while feeding."""
     if _SUPPORTED and _FEEDING.get() and x is not None and _dense_arrays(x, y, sample_weight):
-        return ArrayEpochIterator(x=x, y=y, sample_weight=sample_weight, **kwargs)
+        return ArrayEpochIterator(x=x, y=y, sample_weight=sample_weight, split=_SPLIT.get(),
+                                  **kwargs)
     return _KERAS_ITERATOR(distribute_strategy, x=x, y=y, sample_weight=sample_weight, **kwargs)
 
 
@@ -164,9 +173,12 @@ def feeding(model):
     python_utils.pythonify_logs = pythonify_logs
     tf_trainer.potentially_ragged_concat = potentially_ragged_concat
     tf_trainer.convert_to_np_if_not_ragged = convert_to_np_if_not_ragged
-    # Under a distribution strategy the batches must stay tf.data's (Keras builds the
-    # model from a distributed batch first).
-    token = _FEEDING.set(getattr(model, "_distribute_strategy", None) is None)
+    # Under a strategy of one process, the batches are split over its replicas as a
+    # distributed dataset splits them; across workers, they stay tf.data's (which
+    # gives each worker its own share of the data).
+    strategy = strategy_of(model)
+    token = _FEEDING.set(strategy is None or not multi_worker(strategy))
+    split = _SPLIT.set(strategy and functools.partial(split_batch, strategy=strategy))
     prefetchers = []
     owned = _PREFETCHERS.set(prefetchers)
     try:
@@ -174,5 +186,6 @@ def feeding(model):
     finally:
         _PREFETCHERS.reset(owned)
         _FEEDING.reset(token)
+        _SPLIT.reset(split)
         for prefetcher in prefetchers:
             prefetcher.close()

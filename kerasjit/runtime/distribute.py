@@ -9,7 +9,6 @@ compiles what it can lower (the replicas' forward and backward passes, the
 updates) and leaves the collective ops (all-reduce across workers, NCCL) to
 TensorFlow as clusters of their own between compiled ones.
 """
-import numpy as np
 import tensorflow as tf
 from keras.src import tree
 from keras.src.backend.tensorflow.trainer import reduce_per_replica
@@ -36,14 +35,18 @@ def check_strategy(strategy):
             "MultiWorkerMirroredStrategy, OneDeviceStrategy and CentralStorageStrategy)")
 
 
+class Replicas(tuple):
+    """A batch split over the local replicas already: one part per replica."""
+
+
 def local_batches(batch, strategy):
-    """One batch per local replica: a distributed dataset's per-replica parts,
-    or the whole batch for each (train_on_batch's tensors, as Keras gives them
-    to every replica)."""
+    """One batch per local replica: the parts of a batch split already, a
+    distributed dataset's per-replica values, or the whole batch for each
+    (train_on_batch's, as Keras gives it to every replica)."""
+    if isinstance(batch, Replicas):
+        return tuple(batch)
     count = _local_replicas(strategy)
     parts = [strategy.experimental_local_results(leaf) for leaf in tf.nest.flatten(batch)]
-    if not parts:
-        return (batch,) * count
     return tuple(tf.nest.pack_sequence_as(batch, [p[i] if len(p) == count else p[0]
                                                   for p in parts])
                  for i in range(count))
@@ -51,11 +54,14 @@ def local_batches(batch, strategy):
 
 def split_batch(batch, strategy):
     """A global batch split over the replicas as a distributed dataset splits
-    it: the parts of this worker's replicas (explain's example batch)."""
-    leaves = [np.array_split(leaf, strategy.num_replicas_in_sync)
-              for leaf in tf.nest.flatten(batch)]
-    return tuple(tf.nest.pack_sequence_as(batch, [parts[i] for parts in leaves])
-                 for i in range(_local_replicas(strategy)))
+    it (ceil(rows / replicas) rows each while rows last): the parts of this
+    worker's replicas."""
+    leaves = tf.nest.flatten(batch)
+    rows = len(leaves[0])
+    chunk = -(-rows // strategy.num_replicas_in_sync)
+    return Replicas(tf.nest.pack_sequence_as(batch, [leaf[i * chunk:(i + 1) * chunk]
+                                                     for leaf in leaves])
+                    for i in range(_local_replicas(strategy)))
 
 
 def replicated(step, strategy, reduction):
@@ -87,16 +93,14 @@ def _reduced(outputs, strategy, reduction):
 
 
 def symbolic_build(model):
-    """Keras's `_maybe_symbolic_build`, for a model under a multi-worker
-    strategy: the example batch that builds it is this worker's first part
-    (Keras 3 reduces it across workers with a structure the strategy cannot
-    reduce, and fit fails before its first step)."""
+    """Keras's `_maybe_symbolic_build` for a wrapped model under a strategy:
+    the batch that builds it is the first replica's part (Keras 3 reduces a
+    distributed batch across the replicas, a structure a multi-worker strategy
+    cannot reduce: fit fails before its first step)."""
     def build(iterator=None, data_batch=None):
         if iterator is not None:
             for _, _, batches in iterator:
-                data_batch = tree.map_structure(
-                    lambda v: model._distribute_strategy.experimental_local_results(v)[0],
-                    next(batches))
+                data_batch = local_batches(next(batches), model._distribute_strategy)[0]
                 break
         with model._distribute_strategy.scope():
             model._symbolic_build(data_batch=data_batch)
