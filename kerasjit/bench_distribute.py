@@ -88,8 +88,8 @@ def write_reports(rows, out_dir, command, replicas):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicas", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=5, help="per contender, first is compile")
-    parser.add_argument("--steps", type=int, default=40, help="batches per epoch (MLP; CNN: 1/4)")
+    parser.add_argument("--rounds", type=int, default=7, help="per contender, first is compile")
+    parser.add_argument("--steps", type=int, default=80, help="batches per epoch (MLP; CNN: 1/4)")
     parser.add_argument("--models", nargs="*", help="subset of model names")
     parser.add_argument("--out", default="reports")
     args = parser.parse_args(argv)
@@ -102,8 +102,8 @@ def main(argv=None):
     for name, (build, shape, batch, steps) in _models(args.steps).items():
         if not args.models or name in args.models:
             rows += bench(name, build, shape, batch, steps, strategy, args.rounds)
-    table = write_reports(rows, args.out, "python -m kerasjit.bench_distribute "
-                          + " ".join(argv or []), args.replicas)
+    table = write_reports(rows, args.out, " ".join(["python -m kerasjit.bench_distribute",
+                                                    *(argv or [])]), args.replicas)
     print(table.to_string(index=False))
 
 
