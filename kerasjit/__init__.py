@@ -4,9 +4,13 @@
 """
 import importlib
 
-from .explain import explain
-from .step import jit
-from .wrap import wrap
+from .quiet_start import load_tensorflow
+
+load_tensorflow()       # before anything else loads it: its routine start-up lines left out
+
+from .explain import explain  # noqa: E402
+from .step import jit  # noqa: E402
+from .wrap import wrap  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["wrap", "jit", "explain", "kernel_profile", "JitProfiler", "report"]

@@ -14,10 +14,10 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import kerasjit  # noqa: E402  (first: TensorFlow loads without its routine log lines)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-import kerasjit  # noqa: E402
 from kerasjit import workloads  # noqa: E402
 from kerasjit.callbacks import JitProfiler, speedup_report  # noqa: E402
 

@@ -18,11 +18,11 @@ from datetime import datetime, timezone
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import kerasjit  # noqa: E402  (first: TensorFlow loads without its routine log lines)
 import keras  # noqa: E402
 import pandas as pd  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-import kerasjit  # noqa: E402
 from kerasjit import workloads  # noqa: E402
 from kerasjit.bench import PAUSE_S, machine  # noqa: E402
 

@@ -28,10 +28,9 @@ CONTENDERS = ("keras", "keras_xla", "kerasjit_cold", "kerasjit_warm")
 def _contender(model_name, contender, steps, batch):
     """One contender's two epochs, in this process: a dict of its timings."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import kerasjit     # (first: TensorFlow loads without its routine log lines)
     import keras
     import numpy as np
-
-    import kerasjit
     keras.utils.set_random_seed(0)
     model = getattr(keras.applications, model_name)(weights=None, input_shape=(32, 32, 3),
                                                     classes=10)

@@ -10,7 +10,7 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-LAYERS = [{"errors", "arrays", "cancel"}, {"hlo"}, {"passes"}, {"kernels"}, {"compiler"}, {"backends"},
+LAYERS = [{"errors", "arrays", "cancel", "quiet_start"}, {"hlo"}, {"passes"}, {"kernels"}, {"compiler"}, {"backends"},
           {"runtime"}, {"frontend"},
           {"step", "wrap", "explain", "bench", "bench_startup", "bench_distribute", "workloads", "report", "callbacks", "__main__",
            "__init__"}]

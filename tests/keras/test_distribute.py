@@ -49,6 +49,12 @@ _MIRRORED = textwrap.dedent("""
             if mode == "kerasjit":
                 clusters = kerasjit.explain(model, x[:64], y[:64]).clusters
                 runs[mode]["clusters"] = [(c.kind, c.ops) for c in clusters]
+                # each replica's copy of every variable, as Keras reads it
+                copies = [v.value.values for v in model.variables]
+                runs[mode]["copies_apart"] = max(
+                    float(np.max(np.abs(np.asarray(c) - np.asarray(cs[0]))))
+                    for cs in copies for c in cs)
+                runs[mode]["copies"] = min(len(cs) for cs in copies)
         results[name] = runs
     print("RESULTS" + json.dumps(results))
 """)
@@ -76,6 +82,7 @@ def test_mirrored_strategy_trains_like_plain_keras_under_it(mirrored, name):
     np.testing.assert_allclose(ours["loss"], plain["loss"], rtol=1e-4)
     np.testing.assert_allclose(ours["evaluate"], plain["evaluate"], rtol=1e-4)
     np.testing.assert_allclose(ours["predict"], plain["predict"], rtol=1e-4, atol=1e-5)
+    assert ours["copies"] == 2 and ours["copies_apart"] == 0   # mirrored copies stay equal
 
 
 @pytest.mark.parametrize("name", ["mlp", "cnn"])
