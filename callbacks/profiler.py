@@ -70,15 +70,24 @@ class JitProfiler(keras.callbacks.Callback):
     batch_size: for samples/s; by default the model's static input batch
     size if it has one, else samples/s is NaN. A last partial batch is
     counted as full.
+    log_columns: the columns that also go into the epoch logs as
+    `jit_<column>` (History, CSVLogger, the progress bar): by default the
+    compile time and samples/s, "all" for every measured one.
     """
 
     # It times batches but never reads the model's variables between them, so a
     # compiler keeping variables out of Keras between steps need not sync for it.
     kerasjit_batch_safe = True
 
-    def __init__(self, name=None, batch_size=None):
+    def __init__(self, name=None, batch_size=None,
+                 log_columns=("compile_seconds", "samples_per_second")):
         super().__init__()
         self.name, self.batch_size = name, batch_size
+        self.log_columns = [c for c in COLUMNS if c != "epoch"] if log_columns == "all" \
+            else list(log_columns)
+        unknown = set(self.log_columns) - set(COLUMNS)
+        if unknown:
+            raise ValueError(f"JitProfiler: no column {sorted(unknown)}; columns: {list(COLUMNS)}")
         self.rows = []
         self._process = psutil.Process()
         self._gpu = None
@@ -149,10 +158,10 @@ class JitProfiler(keras.callbacks.Callback):
             "gpu_mib": self._peak_gpu / MIB if self._gpu is not None else math.nan,
         }
         if logs is not None:
-            # Keras's own numbers (loss, metrics) go into the row; ours go into logs,
-            # leaving out what was not measured so CSVLogger/progress bars show no NaN columns.
+            # Keras's own numbers (loss, metrics) go into the row; the chosen ones of ours
+            # into logs, leaving out what was not measured (no NaN columns in CSVLogger).
             row.update((k, v) for k, v in logs.items()
                        if isinstance(v, (int, float)) and not k.startswith("jit_"))
-            logs.update((f"jit_{k}", v) for k, v in row.items()
-                        if k in COLUMNS and k != "epoch" and not math.isnan(v))
+            logs.update((f"jit_{k}", row[k]) for k in self.log_columns
+                        if not math.isnan(row[k]))
         self.rows.append(row)

@@ -81,7 +81,7 @@ def test_figures_agree_with_independent_measures(wrapped):
 
 def test_logs_reach_history_and_csvlogger(tmp_path):
     x, y = workloads.classification_data(300, (784,), 10)
-    profiler = JitProfiler(name="run", batch_size=100)
+    profiler = JitProfiler(name="run", batch_size=100, log_columns="all")
     csv_path = tmp_path / "log.csv"
     history = softmax(False).fit(x, y, batch_size=100, epochs=2, verbose=0,
                                  callbacks=[profiler, keras.callbacks.CSVLogger(str(csv_path))])
@@ -145,6 +145,18 @@ def test_batch_size_and_accumulation_over_fit_calls():
     assert list(unknown.dataframe["epoch"]) == [0, 1]
     assert unknown.dataframe["samples_per_second"].isna().all()
     assert "jit_samples_per_second" not in history.history
+
+
+def test_the_progress_bar_gets_the_compile_time_and_throughput_only_by_default(capsys):
+    x, y = workloads.classification_data(200, (784,), 10)
+    history = softmax(False).fit(x, y, batch_size=100, epochs=1, verbose=2,
+                                 callbacks=[JitProfiler(batch_size=100)])
+    assert sorted(k for k in history.history if k.startswith("jit_")) == \
+        ["jit_compile_seconds", "jit_samples_per_second"]
+    epoch_line = [line for line in capsys.readouterr().out.splitlines() if "loss" in line][-1]
+    assert "jit_samples_per_second" in epoch_line and "jit_peak_rss" not in epoch_line
+    with pytest.raises(ValueError, match="no column \\['latency'\\]"):
+        JitProfiler(log_columns=["latency"])
 
 
 def test_empty_profiler_has_the_columns():
