@@ -6,11 +6,10 @@ device's own compiler rejects generated code, the cluster runs on the
 backend's fallback (the CPU for the GPU) with a warning naming the cause.
 """
 import abc
-import warnings
 
 from .arrays import host
 from .cancel import checkpoint
-from .errors import DeviceCompilerError
+from .errors import DeviceCompilerError, warn
 from .passes import optimize_as_configured
 
 
@@ -42,8 +41,7 @@ class Backend(abc.ABC):
         except DeviceCompilerError as e:
             if self.fallback is None:
                 raise
-            warnings.warn(f"kerasjit: {e}; this cluster runs on the {self.fallback.name.upper()} backend",
-                          RuntimeWarning, stacklevel=2)
+            warn(f"kerasjit: {e}; this cluster runs on the {self.fallback.name.upper()} backend")
             return OnHost(self.fallback.build(module, donate), str(e))
 
     @abc.abstractmethod

@@ -11,7 +11,6 @@ import os
 import sys
 import threading
 import time
-import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -19,6 +18,7 @@ import tensorflow as tf
 
 from .backends import get_backend
 from .cancel import CompileCancelled
+from .errors import warn
 from .frontend.functional import UnsupportedGraph, functionalize
 from .frontend.bridge import traced_for_xla
 from .frontend.plan import build_program, whole_step_in_tensorflow
@@ -150,9 +150,8 @@ class _Compiling:
             return None
         self.events.append(CompileEvent(self.start, self.seconds, self.what, background=True))
         if self.error is not None:
-            warnings.warn(f"kerasjit: {self.what} failed, TensorFlow runs the step: "
-                          f"{type(self.error).__name__}: {self.error}", RuntimeWarning,
-                          stacklevel=5)
+            warn(f"kerasjit: {self.what} failed, TensorFlow runs the step: "
+                 f"{type(self.error).__name__}: {self.error}")
             return fallback
         if self.announce():
             print(f"kerasjit: {self.what}: done in {self.seconds:.1f} s; "
@@ -192,9 +191,8 @@ class _Verdict:
         ours, theirs = min(self.times["compiled"]), min(self.times["tensorflow"])
         if theirs >= self.MARGIN * ours:
             return self.runs["compiled"]
-        warnings.warn(f"kerasjit: {self.name} runs in TensorFlow: TensorFlow ran the step "
-                      f"faster here ({1000 * theirs:.1f} vs {1000 * ours:.1f} ms compiled)",
-                      RuntimeWarning, stacklevel=6)
+        warn(f"kerasjit: {self.name} runs in TensorFlow: TensorFlow ran the step "
+             f"faster here ({1000 * theirs:.1f} vs {1000 * ours:.1f} ms compiled)")
         return self.runs["tensorflow"]
 
 
@@ -247,8 +245,7 @@ class CompiledStep:
             fg = functionalize(concrete)
             program = build_program(fg, self.backend, self.max_shapes, self.events, self.race)
         except UnsupportedGraph as e:     # the whole step runs as TensorFlow traced it
-            warnings.warn(f"kerasjit: {self.name} runs in TensorFlow: {e}", RuntimeWarning,
-                          stacklevel=5)
+            warn(f"kerasjit: {self.name} runs in TensorFlow: {e}")
             return self._in_tensorflow(concrete, out_structure, str(e))
         recheck = whole_step_in_tensorflow(concrete, "its inputs failed a check", self.store) \
             if fg.checked else None
@@ -274,9 +271,9 @@ class CompiledStep:
         if len(self.programs) >= self.max_shapes:
             if not self.warned_cap:
                 self.warned_cap = True
-                warnings.warn(f"kerasjit: {self.name} has run with more than {self.max_shapes} "
-                              "input signatures; new ones run in TensorFlow (raise max_shapes "
-                              "to compile more)", RuntimeWarning, stacklevel=4)
+                warn(f"kerasjit: {self.name} has run with more than {self.max_shapes} "
+                     "input signatures; new ones run in TensorFlow (raise max_shapes "
+                     "to compile more)")
             return self._any_batch_size(key, flat, args)
         if self.background and self.programs and key not in self.seen_once:
             # A signature new to a step that has one already: TensorFlow runs it until

@@ -6,7 +6,8 @@ a GPU toolkit.
 import functools
 import importlib
 import importlib.util
-import warnings
+
+from ..errors import warn
 
 _BACKENDS = {"reference": "kerasjit.backends.reference", "cpu": "kerasjit.backends.cpu",
              "gpu": "kerasjit.backends.gpu"}
@@ -45,8 +46,7 @@ def get_backend(name):
             return gpu.open_backend()
         except gpu.GpuUnavailable as e:
             if name == "gpu":
-                warnings.warn(f"kerasjit: no GPU backend: {e}; using the CPU backend",
-                              RuntimeWarning, stacklevel=3)
+                warn(f"kerasjit: no GPU backend: {e}; using the CPU backend")
     if name in ("auto", "gpu"):
         name = "cpu"
     return importlib.import_module(_BACKENDS[name]).BACKEND

@@ -5,13 +5,13 @@ others are found by asking the bridge for each compiled cluster's HLO: a
 rejected node moves to TensorFlow and the graph is partitioned again, until
 every compiled cluster is accepted.
 """
-import warnings
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import op_def_registry
 
 from ..cancel import checkpoint
+from ..errors import warn
 from ..hlo.gemm import dot_layout
 from ..runtime.program import ClusterRun, Program, Specializer
 from ..runtime.race import Race
@@ -211,8 +211,8 @@ class Planner:
                 self.rejected.update((n, e.message) for n in named)
                 return None
             except Exception as e:        # our compiler's limits: TF runs it, we say why
-                warnings.warn(f"kerasjit: a cluster of {len(members)} ops runs in TensorFlow: "
-                              f"{e}", RuntimeWarning, stacklevel=2)
+                warn(f"kerasjit: a cluster of {len(members)} ops runs in TensorFlow: "
+                     f"{e}")
                 run.kind, run.reason, run.specializer = "tensorflow", str(e).split("\n")[0], None
         return runs
 

@@ -1,12 +1,12 @@
 """Running a partitioned step: clusters in order over a table of values."""
 import time
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import tensorflow as tf
 
 from ..arrays import array, host
+from ..errors import warn
 
 
 @dataclass(eq=False)
@@ -85,8 +85,7 @@ class Specializer:
 
     def _give_up(self, reason):
         self.gave_up = reason
-        warnings.warn(f"kerasjit: cluster {self.name} now runs in TensorFlow: {reason}",
-                      RuntimeWarning, stacklevel=4)
+        warn(f"kerasjit: cluster {self.name} now runs in TensorFlow: {reason}")
         return None
 
 

@@ -9,7 +9,8 @@ the same graph, so which one ran a call changes training by float rounding
 at most.
 """
 import time
-import warnings
+
+from ..errors import warn
 
 # Call order: compiled, TensorFlow (untimed: it traces), then TRIALS timed calls each.
 TRIALS = 2
@@ -44,8 +45,7 @@ class Race:
         ours, theirs = self._best()
         self.winner = "tensorflow" if theirs < MARGIN * ours else "compiled"
         if self.winner == "tensorflow":
-            warnings.warn(f"kerasjit: cluster {self.name} now runs in TensorFlow: {self.reason}",
-                          RuntimeWarning, stacklevel=5)
+            warn(f"kerasjit: cluster {self.name} now runs in TensorFlow: {self.reason}")
 
     def __str__(self):
         if self.winner is None:

@@ -17,11 +17,11 @@ import os
 import pathlib
 import secrets
 import stat
-import warnings
 
 import llvmlite
 import numpy as np
 
+from ...errors import warn
 from ...hlo.attributes import COMPUTATION_ATTRS, COMPUTATION_LIST_ATTRS
 from ...hlo.printer import format_attr, format_literal
 from ...hlo.shape import DTYPES
@@ -197,12 +197,10 @@ def _refuse(path, reason):
     if path in _refused:
         return
     _refused.add(path)
-    warnings.warn(
-        f"kerasjit: not using the compile cache {path}: {reason}. Its entries are native "
-        "code this process runs, so it must be a directory owned by you that only you can "
-        "write, below directories only you or root can write: fix the owner or mode (chmod "
-        "700), or set KERASJIT_CACHE_DIR to another directory (empty turns the cache off).",
-        RuntimeWarning)
+    warn(f"kerasjit: not using the compile cache {path}: {reason}. Its entries are native "
+         "code this process runs, so it must be a directory owned by you that only you can "
+         "write, below directories only you or root can write: fix the owner or mode (chmod "
+         "700), or set KERASJIT_CACHE_DIR to another directory (empty turns the cache off).")
 
 
 # ---------------------------------------------------------------- entries as files
