@@ -51,7 +51,8 @@ def compare(title, build, x, y, batch, epochs, backend):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0].strip("`"))
+    parser = argparse.ArgumentParser(prog="python -m kerasjit",
+                                     description=__doc__.splitlines()[0].split(": ", 1)[1])
     parser.add_argument("--epochs", type=int, default=3,
                         help="epochs per run (default 3: the first carries tracing/compiling)")
     parser.add_argument("--image-size", type=int, default=40,

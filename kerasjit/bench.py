@@ -218,7 +218,8 @@ def write_reports(rows, out_dir, command, name="benchmark", backend="auto"):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m kerasjit.bench",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7, help="per contender, first is compile")
     parser.add_argument("--softmax-steps", type=int, default=600,
                         help="batches per epoch, softmax regression (600: MNIST's 60000)")
@@ -233,6 +234,10 @@ def main(argv=None):
     parser.add_argument("--out", default="reports")
     parser.add_argument("--name", default="benchmark", help="report files: OUT/NAME.csv, .md")
     args = parser.parse_args(argv)
+    unknown = set(args.models or ()) - set(_workloads(args))
+    if unknown:
+        parser.error(f"no model {', '.join(sorted(unknown))}; models: "
+                     f"{', '.join(_workloads(args))}")
     # Compile times from an empty compile cache (a temporary one, gone afterwards).
     os.environ["KERASJIT_CACHE_DIR"] = cache = tempfile.mkdtemp(prefix="kerasjit-bench-")
     rows = []

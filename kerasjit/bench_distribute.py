@@ -86,13 +86,18 @@ def write_reports(rows, out_dir, command, replicas):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m kerasjit.bench_distribute",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=7, help="per contender, first is compile")
     parser.add_argument("--steps", type=int, default=80, help="batches per epoch (MLP; CNN: 1/4)")
     parser.add_argument("--models", nargs="*", help="subset of model names")
     parser.add_argument("--out", default="reports")
     args = parser.parse_args(argv)
+    unknown = set(args.models or ()) - set(_models(args.steps))
+    if unknown:
+        parser.error(f"no model {', '.join(sorted(unknown))}; models: "
+                     f"{', '.join(_models(args.steps))}")
     # Before TensorFlow sets up its devices: one CPU as `replicas` logical ones.
     cpus = tf.config.list_physical_devices("CPU")
     tf.config.set_logical_device_configuration(

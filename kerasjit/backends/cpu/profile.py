@@ -11,6 +11,7 @@ import time
 
 from llvmlite import ir
 
+from ...errors import warn
 from ...kernels.ir import GemmCall, ImplicitGemm
 from . import narrow_gemm
 from .llvm_types import I64, PTR
@@ -79,6 +80,9 @@ def kernel_profile(reset=False):
     import ctypes
 
     import pandas as pd
+    if not _loaded:
+        warn("kerasjit.kernel_profile: no kernel was timed" + (
+            "" if enabled() else ": set KERASJIT_PROFILE_KERNELS=1 before the model compiles"))
     rows = []
     for address, (cluster, labels) in _loaded.items():
         counts = (ctypes.c_int64 * (2 * len(labels))).from_address(address)

@@ -1,8 +1,10 @@
 """KERASJIT_PROFILE_KERNELS: time per compiled kernel, without changing results."""
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import kerasjit
+from kerasjit.backends.cpu import profile as kernel_profiling
 
 
 def relu_layer(x, w):
@@ -44,3 +46,10 @@ def test_without_the_variable_nothing_is_timed(monkeypatch):
     f = kerasjit.jit(lambda x, w: tf.nn.sigmoid(tf.matmul(x, w)), race=False)
     f(X, W)
     assert clusters(kerasjit.kernel_profile()) == before
+
+
+def test_an_empty_profile_says_why(monkeypatch):
+    monkeypatch.delenv("KERASJIT_PROFILE_KERNELS", raising=False)
+    monkeypatch.setattr(kernel_profiling, "_loaded", {})
+    with pytest.warns(RuntimeWarning, match="no kernel was timed: set KERASJIT_PROFILE_KERNELS=1"):
+        assert kerasjit.kernel_profile().empty
