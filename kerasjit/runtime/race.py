@@ -12,11 +12,15 @@ import time
 
 from ..errors import warn
 
-# Call order: compiled, TensorFlow (untimed: it traces), then TRIALS timed calls each.
-TRIALS = 2
+# Call order: compiled, TensorFlow (untimed: it traces), then timed calls in
+# turn, MIN_TRIALS each, and more up to MAX_TRIALS while the two are too close
+# to call (their ratio within BAND of MARGIN): a near tie must not decide the
+# cluster one way in one run and the other in the next.
+MIN_TRIALS, MAX_TRIALS = 3, 8
 # TensorFlow must be this much faster to take over: timings move by tens of
 # percent on a busy machine, and a wrong switch costs more than it saves.
 MARGIN = 0.8
+BAND = 0.1
 
 
 class Race:
@@ -34,9 +38,14 @@ class Race:
         if self.calls >= 2:
             self.times[contender].append(time.perf_counter() - start)
         self.calls += 1
-        if self.calls == 2 + 2 * TRIALS:
+        trials, rest = divmod(self.calls - 2, 2)
+        if rest == 0 and trials >= MIN_TRIALS and (trials == MAX_TRIALS or self._clear()):
             self._decide()
         return outputs
+
+    def _clear(self):
+        ours, theirs = self._best()
+        return abs(theirs / ours - MARGIN) > BAND if ours > 0 else True
 
     def _best(self):
         return min(self.times["compiled"]), min(self.times["tensorflow"])
@@ -49,7 +58,7 @@ class Race:
 
     def __str__(self):
         if self.winner is None:
-            return f"racing TensorFlow ({self.calls} of {2 + 2 * TRIALS} calls)"
+            return f"racing TensorFlow ({self.calls} calls so far)"
         ours, theirs = self._best()
         return (f"compiled {1000 * ours:.3f} ms vs TensorFlow {1000 * theirs:.3f} ms per "
                 f"call: runs {self.winner}")

@@ -14,7 +14,7 @@ import pytest
 
 import kerasjit
 from kerasjit.runtime import race
-from kerasjit.runtime.race import TRIALS
+from kerasjit.runtime.race import MAX_TRIALS, MIN_TRIALS
 
 X = np.random.default_rng(0).normal(size=(64, 6)).astype(np.float32)
 Y = keras.utils.to_categorical(np.random.default_rng(1).integers(0, 3, 64), 3)   # float64
@@ -92,7 +92,20 @@ def test_tensorflow_takes_over_a_cluster_it_runs_clearly_faster(slow_compiled_co
     np.testing.assert_allclose(losses, plain, rtol=1e-5)
     (cluster,) = clusters(wrapped)
     assert cluster.kind == "tensorflow" and "faster" in cluster.reason
-    assert len(cluster.race.times["compiled"]) == len(cluster.race.times["tensorflow"]) == TRIALS
+    assert len(cluster.race.times["compiled"]) == len(cluster.race.times["tensorflow"]) \
+        == MIN_TRIALS     # (a clear verdict: no more calls)
+
+
+@pytest.mark.parametrize("tensorflow, winner", [(0.00085, "compiled"), (0.00075, "tensorflow")])
+def test_a_near_tie_is_timed_longer_and_decided_by_the_margin(monkeypatch, tensorflow, winner):
+    race_costs(monkeypatch, compiled=0.001, tensorflow=tensorflow)
+    wrapped = model(backend="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        train(wrapped, epochs=3)
+    (cluster,) = clusters(wrapped)
+    assert len(cluster.race.times["compiled"]) == MAX_TRIALS
+    assert cluster.race.winner == winner
 
 
 def test_a_batched_matmul_races():
