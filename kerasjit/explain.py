@@ -24,8 +24,11 @@ class ClusterInfo:
 
 
 class Explanation:
-    def __init__(self, name, program):
-        self.name = name
+    """How a step is split and compiled; str() summarises it (with `verbose`,
+    each compiled cluster's fusion and in-place updates too)."""
+
+    def __init__(self, name, program, verbose=False):
+        self.name, self.verbose = name, verbose
         self.clusters = []
         for c in program.clusters:
             module = c.specializer.module if c.specializer else None
@@ -52,34 +55,47 @@ class Explanation:
     def __str__(self):
         compiled = sum(len(c.ops) for c in self.clusters if c.kind == "compiled")
         total = sum(len(c.ops) for c in self.clusters)
-        lines = [f"kerasjit: {self.name}: {compiled} of {total} TF ops compiled "
-                 f"in {sum(c.kind == 'compiled' for c in self.clusters)} cluster(s)"]
+        fallbacks = sum(c.kind != "compiled" for c in self.clusters)
+        lines = [f"kerasjit: {self.name}: {compiled} of {total} ops run compiled "
+                 f"({100 * compiled / max(total, 1):.0f}%), in "
+                 f"{sum(c.kind == 'compiled' for c in self.clusters)} compiled cluster(s)"
+                 + (f"; {fallbacks} part(s) in TensorFlow, each with why" if fallbacks else "")]
         for i, c in enumerate(self.clusters):
             ops = ", ".join(c.ops[:8]) + (f", ... ({len(c.ops)} ops)" if len(c.ops) > 8 else "")
-            if c.kind == "compiled":
-                lines.append(f"  [{i}] compiled ({c.specialized}): {ops}")
-                if c.fusion:
-                    fused = sum(why == "fused" for _, _, why in c.fusion)
-                    reasons = Counter(why for _, _, why in c.fusion if why != "fused")
-                    kept = "; ".join(f"{n}x {why}" for why, n in reasons.most_common(4))
-                    lines.append(f"        fusion: {fused} of {len(c.fusion)} producer->consumer "
-                                 f"edges fused, {len(c.kernels) - 1} kernels; unfused: {kept}")
-                if c.in_place:
-                    lines.append(f"        {c.in_place} variable update(s) written in place")
-                if c.race:
-                    lines.append(f"        race: {c.race}")
-            else:
+            if c.kind != "compiled":
                 lines.append(f"  [{i}] TensorFlow: {ops}\n        why: {c.reason}")
+                continue
+            lines.append(f"  [{i}] compiled ({c.specialized}): {ops}")
+            if c.race:
+                lines.append(f"        race against TensorFlow: {c.race}")
+            if self.verbose:
+                lines += self._details(c)
         return "\n".join(lines)
+
+    @staticmethod
+    def _details(c):
+        """The compiler's account of a compiled cluster."""
+        lines = []
+        if c.fusion:
+            fused = sum(why == "fused" for _, _, why in c.fusion)
+            reasons = Counter(why for _, _, why in c.fusion if why != "fused")
+            kept = "; ".join(f"{n}x {why}" for why, n in reasons.most_common(4))
+            lines.append(f"        fusion: {fused} of {len(c.fusion)} producer->consumer "
+                         f"edges fused, {len(c.kernels) - 1} kernels"
+                         + (f"; unfused: {kept}" if kept else ""))
+        if c.in_place:
+            lines.append(f"        {c.in_place} variable update(s) written in place")
+        return lines
 
     __repr__ = __str__
 
 
-def explain(model_or_fn, *example_inputs, backend="auto"):
+def explain(model_or_fn, *example_inputs, backend="auto", verbose=False):
     """Explain how a model's train step (or a function) is split and compiled.
 
     For a model, `example_inputs` are (x, y[, sample_weight]) of one batch;
-    for a function, its arguments.
+    for a function, its arguments. `verbose`: str() adds the compiler's
+    account of each compiled cluster (fusion decisions, in-place updates).
     """
     if isinstance(model_or_fn, keras.Model):
         model = model_or_fn
@@ -93,8 +109,8 @@ def explain(model_or_fn, *example_inputs, backend="auto"):
                       if a is not None and np.asarray(a).dtype.kind == "f" else a
                       for a in example_inputs)
         program = step.program_for(*(split_batch(batch, strategy) if strategy else (batch,)))
-        return Explanation(f"{model.name}.train_step", program)
+        return Explanation(f"{model.name}.train_step", program, verbose)
     step = model_or_fn if isinstance(model_or_fn, CompiledStep) else \
         CompiledStep(model_or_fn, backend)
     program = step.program_for(*example_inputs)
-    return Explanation(step.name, program)
+    return Explanation(step.name, program, verbose)
