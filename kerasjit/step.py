@@ -362,7 +362,12 @@ class CompiledStep:
         return self.programs[key].program if key in self.programs else run.program
 
     def __call__(self, *args):
-        return self.run_many([args])
+        """One step: numpy results, or tensors where an argument is a tensor
+        (as a tf.function returns them)."""
+        outputs = self.run_many([args])
+        if any(isinstance(a, tf.Tensor) for a in tf.nest.flatten(args)):
+            return tf.nest.map_structure(tf.convert_to_tensor, outputs)
+        return outputs
 
     def run_many(self, batches, keep_all=False):
         """One step per element of `batches` (each a tuple of step arguments).
@@ -416,8 +421,8 @@ class CompiledStep:
 def jit(fn, backend="auto", max_shapes=8, race=True):
     """Compile a TensorFlow function of tensors (the seed's `xla.compile`).
 
-    Returns a callable taking arrays/tensors and returning numpy results;
-    variables it captures are read and updated as TensorFlow would. `race` as
-    for `wrap`.
+    Returns a callable taking arrays or tensors and returning numpy results
+    for arrays, tensors for tensors (as a tf.function does); variables it
+    captures are read and updated as TensorFlow would. `race` as for `wrap`.
     """
     return CompiledStep(fn, backend, max_shapes=max_shapes, race=race)

@@ -206,3 +206,14 @@ def test_a_step_calling_functions_outlives_its_traced_graph(monkeypatch):
         warnings.simplefilter("error", RuntimeWarning)          # (the cond compiles too)
         outcome = compare(build, dict(x=x, y=y, batch_size=2, epochs=1, shuffle=False))
     assert outcome.kind == "match", outcome.describe()
+
+
+def test_jit_returns_tensors_for_tensors_and_arrays_for_arrays():
+    f = kerasjit.jit(lambda x: (tf.reduce_sum(x), x * 2), race=False)
+    x = np.arange(4, dtype=np.float32)
+    total, doubled = f(x)
+    assert isinstance(total, np.ndarray) and isinstance(doubled, np.ndarray)
+    total, doubled = f(tf.constant(x))
+    assert isinstance(total, tf.Tensor) and isinstance(doubled, tf.Tensor)
+    np.testing.assert_allclose(doubled.numpy(), x * 2)
+    assert float(total) == 6.0
