@@ -99,12 +99,12 @@ def _example():
     return module
 
 
-def _one_process(example, epochs):
+def _one_process(example, epochs, name="mlp"):
     """The same training in one process, without a strategy: each step's
     gradient is the global batch's, which the workers' all-reduce rebuilds."""
     keras.utils.set_random_seed(1)
-    model = example.build("mlp")
-    x, y = example.data("mlp")
+    model = example.build(name)
+    x, y = example.data(name)
     history = model.fit(x, y, batch_size=example.GLOBAL_BATCH, epochs=epochs, shuffle=False,
                         verbose=0)
     return model.get_weights(), history.history["loss"]
@@ -114,22 +114,27 @@ def _workers(out):
     return [np.load(out / f"worker{i}.npz") for i in range(2)]
 
 
-def _assert_trained_as(workers, weights, loss):
+def _assert_trained_as(workers, weights, loss, atol=2e-5, rtol=1e-4):
     for w in workers:
         for i, expected in enumerate(weights):
-            np.testing.assert_allclose(w[f"arr_{i}"], expected, rtol=1e-4, atol=2e-5)
-        np.testing.assert_allclose(w["loss"][-1], loss[-1], rtol=1e-4)
+            np.testing.assert_allclose(w[f"arr_{i}"], expected, rtol=rtol, atol=atol)
+        np.testing.assert_allclose(w["loss"][-1], loss[-1], rtol=rtol)
     for i in range(len(weights)):     # the workers' copies stay identical
         np.testing.assert_array_equal(workers[0][f"arr_{i}"], workers[1][f"arr_{i}"])
 
 
-def test_two_worker_processes_train_as_one_process_would(tmp_path):
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_two_worker_processes_train_as_one_process_would(tmp_path, name):
     # (Keras 3 itself fails under MultiWorkerMirroredStrategy before its first step,
     # keras-team/keras#20585: the yardstick is one process on the global batch.)
-    out = _python([str(EXAMPLE), "--epochs", "2", "--out", str(tmp_path)]).stdout
+    out = _python([str(EXAMPLE), "--model", name, "--epochs", "2", "--out", str(tmp_path)]).stdout
     # The all-reduce across processes runs in TensorFlow, between compiled clusters.
     assert "2 replicas in sync" in out and "TensorFlow: CollectiveReduceV2" in out
-    _assert_trained_as(_workers(tmp_path), *_one_process(_example(), epochs=2))
+    # Two replicas sum their halves' gradients where one process sums the batch's:
+    # float rounding that Adam amplifies. Plain Keras's convnet itself ends 3.3e-3
+    # apart on one replica and on two (MirroredStrategy) after these 2 epochs.
+    noise = dict(atol=5e-3, rtol=1e-3) if name == "cnn" else {}
+    _assert_trained_as(_workers(tmp_path), *_one_process(_example(), 2, name), **noise)
 
 
 def test_a_lost_worker_resumes_from_backup_and_restore_with_nothing_lost(tmp_path):
