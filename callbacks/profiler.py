@@ -19,6 +19,7 @@ inside `epoch_seconds`, as for plain Keras.
 """
 import importlib.util
 import math
+import os
 import time
 
 import keras
@@ -96,6 +97,7 @@ class JitProfiler(keras.callbacks.Callback):
     def dataframe(self):
         frame = pd.DataFrame(self.rows, columns=list(COLUMNS) if not self.rows else None)
         frame.attrs["name"] = self.name
+        frame.attrs["pid"] = os.getpid()    # (runs of one process share its RSS)
         return frame
 
     def _jit_state(self):

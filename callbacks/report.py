@@ -32,6 +32,8 @@ import psutil
 from .profiler import COLUMNS
 
 REQUIRED = ("epoch", "epoch_seconds", "compile_seconds", "peak_rss_mib")
+# Epochs a run needs before the epoch it pays off at is projected past them.
+PROJECT_FROM = 3
 COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")
 
 CSS = """
@@ -51,6 +53,9 @@ svg.chart { width: 500px; max-width: 100%; height: auto; background: #fff;
 svg text { font: 12px system-ui, sans-serif; fill: #333; }
 pre { background: #f6f8fa; padding: .8em; overflow-x: auto; font-size: .85em; }
 .wide { overflow-x: auto; }
+table.epochs { font-size: .78em; }
+table.epochs th { white-space: normal; overflow-wrap: anywhere; min-width: 3.5em; }
+table.epochs td { padding: .25em .4em; }
 table.clusters th, table.clusters td { text-align: left; }
 td.ops { font-family: ui-monospace, monospace; font-size: .9em; max-width: 40em; }
 """
@@ -95,7 +100,8 @@ def _as_run(item, position):
     if missing:
         raise ValueError(f"run {name!r} lacks column(s) {', '.join(missing)} (has: "
                          f"{', '.join(map(str, frame.columns))}); pass JitProfiler.dataframe")
-    frame = frame.reset_index(drop=True).copy()
+    attrs, frame = dict(frame.attrs), frame.reset_index(drop=True).copy()
+    frame.attrs = attrs
     for column in REQUIRED:
         values = pd.to_numeric(frame[column], errors="coerce")
         bad = values.isna() & frame[column].notna()
@@ -148,6 +154,8 @@ def _payoff(run, base):
     below = np.nonzero(run.cumulative[:n] < base.cumulative[:n])[0]
     if below.size:
         return f"epoch {below[0] + 1}"
+    if n < PROJECT_FROM:
+        return f"not within {n} epoch(s) (too few to project)"
     if run.steady < base.steady:
         gap = run.cumulative[n - 1] - base.cumulative[n - 1]
         return f"~epoch {n + math.floor(gap / (base.steady - run.steady)) + 1} (projected)"
@@ -175,7 +183,7 @@ def _summary(runs):
         if i == 0:
             versus, payoff = "baseline", "–"
         elif math.isfinite(ratio):
-            versus, payoff = f"{ratio:.2f}× ({_speed_words(ratio)})", _payoff(run, base)
+            versus, payoff = _speed_words(ratio), _payoff(run, base)
             catch_up = ("never falls below the baseline's (slower per epoch)"
                         if payoff.startswith("never") else
                         f"falls below the baseline's at {payoff}")
@@ -254,25 +262,33 @@ def _charts(runs):
     charts = [
         ("Epoch wall time, s (incl. compiling)", lambda r: r.frame["epoch_seconds"].tolist()),
         ("Cumulative wall time, s (incl. compiling)", lambda r: r.cumulative.tolist()),
-        ("Peak RSS, MiB", lambda r: r.frame["peak_rss_mib"].tolist()),
     ]
-    return "<div class='charts'>{}</div>".format("".join(
+    processes = {r.frame.attrs.get("pid") for r, _ in shown}
+    shared = len(shown) > 1 and len(processes) == 1 and None not in processes
+    if not shared:
+        charts.append(("Peak RSS, MiB", lambda r: r.frame["peak_rss_mib"].tolist()))
+    note = ("<p class='note'>These runs shared one process, so their peak RSS is the "
+            "process's, theirs together: no chart sets them apart (the tables give it per "
+            "epoch).</p>" if shared else "")
+    return "<div class='charts'>{}</div>{}".format("".join(
         _line_chart(title, [(run.name, color, values(run)) for run, color in shown])
-        for title, values in charts))
+        for title, values in charts), note)
 
 
 def _epoch_table(run):
     if not run.epochs:
         return f"<h3>{html.escape(run.name)}</h3><p class='note'>No epochs recorded.</p>"
-    table = run.frame.to_html(index=False, na_rep="–", border=0, classes="epochs",
-                              float_format=lambda v: _fmt(v, 4))
+    frame = run.frame.assign(epoch=run.frame["epoch"] + 1)      # from 1, as the charts count
+    table = frame.to_html(index=False, na_rep="–", border=0, classes="epochs",
+                          float_format=lambda v: _fmt(v, 4))
     return f"<h3>{html.escape(run.name)}</h3><div class='wide'>{table}</div>"
 
 
 def _column_legend(runs):
     present = {c for run in runs for c in run.frame.columns}
+    legend = dict(COLUMNS, epoch="the epoch, counted from 1 as Keras's progress bar counts")
     items = "".join(f"<li><code>{c}</code>: {html.escape(text)}</li>"
-                    for c, text in COLUMNS.items() if c in present)
+                    for c, text in legend.items() if c in present)
     return (f"<h3>Columns</h3><ul class='legend-note'>{items}<li>other columns: Keras's own "
             "logs (loss, metrics) at the end of the epoch</li></ul>")
 

@@ -32,11 +32,13 @@ def main():
     size = args.image_size
     x, y = workloads.classification_data(args.samples, (size, size, 3), 1)
     profilers = []
-    for name in ("plain Keras", f"kerasjit ({args.backend})"):
+    for wrapped in (False, True):
         keras.utils.set_random_seed(0)               # both start from the same weights
         model = workloads.elephant_cnn(image_size=size)
-        if name != "plain Keras":
+        name = "plain Keras"
+        if wrapped:
             model = kerasjit.wrap(model, backend=args.backend)
+            name = f"kerasjit ({model._kerasjit.backend.name})"    # the backend "auto" chose
         profiler = kerasjit.JitProfiler(name=name, batch_size=64)
         model.fit(x, y, batch_size=64, epochs=args.epochs, verbose=0, callbacks=[profiler])
         profilers.append(profiler)

@@ -175,9 +175,10 @@ def test_report_renders_offline_in_chromium(profiled_runs, browser, tmp_path):
         scripts: document.scripts.length,
         external: [...document.querySelectorAll('[src],[href]')].map(e => e.src || e.href),
     })""")
+    # (both runs in this process: one RSS, no chart of two identical lines)
     assert [c["title"] for c in page["charts"]] == [
-        "Epoch wall time, s (incl. compiling)", "Cumulative wall time, s (incl. compiling)",
-        "Peak RSS, MiB"]
+        "Epoch wall time, s (incl. compiling)", "Cumulative wall time, s (incl. compiling)"]
+    assert "shared one process" in page["text"]
     for chart in page["charts"]:
         assert chart["w"] > 300 and chart["h"] > 150 and chart["lines"] == [3, 3]
     # summary (header + 2 runs), 2 per-epoch tables (header + 3 epochs), the cluster table
@@ -186,8 +187,15 @@ def test_report_renders_offline_in_chromium(profiled_runs, browser, tmp_path):
     assert "compiled" in page["clusters"]
     assert "a <b>test</b> note" in page["text"]          # notes are text, not markup
     assert page["scripts"] == 0 and all(u.startswith("data:") for u in page["external"])
-    browser.screenshot(tmp_path / "report.png")
+    browser.screenshot(tmp_path / "report.png", width=1280)
     assert (tmp_path / "report.png").stat().st_size > 10_000
+    # At 1280 px every table fits: nothing scrolls sideways, nothing is cut.
+    overflow = browser.evaluate("""[document.documentElement.scrollWidth - innerWidth,
+        ...[...document.querySelectorAll('div.wide')].map(d => d.scrollWidth - d.clientWidth)]""")
+    assert max(overflow) <= 0, overflow
+    epochs = browser.evaluate("[...document.querySelectorAll('table.epochs')].flatMap("
+                              "t => [...t.tBodies[0].rows].map(r => r.cells[0].innerText))")
+    assert epochs == ["1", "2", "3"] * 2         # counted from 1, as the charts count
 
 
 def test_browser_check_catches_requests_and_errors(browser, tmp_path):
@@ -214,6 +222,10 @@ def test_speedup_and_payoff(tmp_path):
     assert "5.00× faster" in text and "epoch 2<" in text          # cumulative 1.7 < 2.0
     assert "2.00× faster" in text and "~epoch 6 (projected)" in text  # 5.5 < 6.0 at epoch 6
     assert "2.00× slower" in text and "never (slower per epoch)" in text
+    assert "× (" not in text                  # a ratio said once ("2.00× faster")
+    short = speedup_report([frame("base", [1.0, 1.0]), frame("fast", [3.0, 0.5])],
+                           tmp_path / "s.html").read_text()
+    assert "not within 2 epoch(s) (too few to project)" in short and "projected" not in short
 
 
 def test_different_epoch_counts_and_early_stop(profiled_runs, tmp_path):
