@@ -4,27 +4,24 @@
 """
 import importlib
 
-from .quiet_start import load_tensorflow
+from .quiet_start import install as _quiet_start
 
-load_tensorflow()       # before anything else loads it: its routine start-up lines left out
-
-from .explain import explain  # noqa: E402
-from .step import jit  # noqa: E402
-from .wrap import wrap  # noqa: E402
+_quiet_start()     # TensorFlow, whoever loads it next, without its routine start-up lines
 
 __version__ = "0.1.0"
 __all__ = ["wrap", "jit", "explain", "kernel_profile", "JitProfiler", "report"]
+# Loaded on first use: importing kerasjit loads no TensorFlow (a command's --help
+# answers at once), and kerasjit.callbacks lives in callbacks/, which only an
+# install maps in (setup.cfg).
+_LAZY = {"wrap": (".wrap", "wrap"), "jit": (".step", "jit"), "explain": (".explain", "explain"),
+         "JitProfiler": (".callbacks", "JitProfiler"),
+         "kernel_profile": (".backends.cpu.profile", "kernel_profile")}
 
 
 def __getattr__(name):
-    # Measurement and reporting load on first use: the compiler never needs them, and
-    # kerasjit.callbacks lives in callbacks/, which only an install maps in (setup.cfg).
-    if name == "JitProfiler":
-        from .callbacks import JitProfiler
-        return JitProfiler
-    if name == "kernel_profile":
-        from .backends.cpu.profile import kernel_profile
-        return kernel_profile
+    if name in _LAZY:
+        module, attribute = _LAZY[name]
+        return getattr(importlib.import_module(module, __name__), attribute)
     if name == "report":
         return importlib.import_module(".report", __name__)
     raise AttributeError(f"module 'kerasjit' has no attribute {name!r}")

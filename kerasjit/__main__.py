@@ -12,18 +12,15 @@ import argparse
 import os
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import kerasjit  # noqa: E402  (first: TensorFlow loads without its routine log lines)
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-
-from kerasjit import workloads  # noqa: E402
-from kerasjit.callbacks import JitProfiler, speedup_report  # noqa: E402
+import kerasjit
 
 
 def compare(title, build, x, y, batch, epochs, backend):
     """Train build() plain and wrapped; returns (profilers, weight-difference note, explanation)."""
+    import keras
+    import numpy as np
+
+    from kerasjit.callbacks import JitProfiler
     contenders = {}
     for wrapped in (False, True):
         keras.utils.set_random_seed(0)
@@ -64,6 +61,10 @@ def main(argv=None):
     parser.add_argument("--out", default="reports/speedup.html", help="report path")
     args = parser.parse_args(argv)
     start = time.perf_counter()
+    # (TensorFlow loads here, after the arguments: --help answers at once)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    from kerasjit import workloads
+    from kerasjit.callbacks import speedup_report
 
     size = args.image_size
     seeds = {  # title: (model, input shape, classes, batch size as in the seed, default samples)

@@ -4,10 +4,14 @@ Loading TensorFlow writes lines to the process's stderr from C++ before its
 log level applies (absl's notice that logging is not set up, oneDNN being
 on, the CPU instructions it was not built for, and, on a machine without an
 NVIDIA driver, "failed call to cuInit ... UNKNOWN ERROR (303)", which reads as
-an error). Imported before TensorFlow, kerasjit loads it with stderr going
-to a file, then writes back every line but those. KERASJIT_QUIET=0 keeps
-them all; once TensorFlow is loaded there is nothing left to do.
+an error). Once kerasjit is imported, TensorFlow (whoever imports it next:
+kerasjit itself, Keras, the user) loads with stderr going to a file, which
+is then written back but for those lines. KERASJIT_QUIET=0 keeps them all;
+where TensorFlow is loaded already there is nothing left to do.
 """
+import contextlib
+import importlib.abc
+import importlib.util
 import os
 import re
 import sys
@@ -30,25 +34,61 @@ def routine(line, driver=None):
     return bool(_ROUTINE.search(line)) or not driver and bool(_NO_DRIVER.search(line))
 
 
-def load_tensorflow():
-    """Import TensorFlow (and look for its devices, where cuInit reports),
-    its routine start-up lines left out of stderr."""
-    if "tensorflow" in sys.modules or os.environ.get("KERASJIT_QUIET") == "0":
-        import tensorflow as tf
-        return tf
+@contextlib.contextmanager
+def _filtered_stderr():
+    """Stderr (the file descriptor: C++ writes there) into a file meanwhile,
+    written back at the end without the routine lines."""
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile(mode="w+b") as captured:
         os.dup2(captured.fileno(), 2)
         try:
-            import tensorflow as tf
-            tf.config.list_physical_devices()   # (devices listed, none set up: still configurable)
+            yield
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
             captured.seek(0)
-            kept = [line for line in captured.read().decode(errors="replace").splitlines(True)
-                    if not routine(line)]
-            sys.stderr.write("".join(kept))
-    return tf
+            sys.stderr.write("".join(
+                line for line in captured.read().decode(errors="replace").splitlines(True)
+                if not routine(line)))
+
+
+class _QuietLoader(importlib.abc.Loader):
+    """TensorFlow's own loader, run with stderr filtered; its devices are
+    listed meanwhile (where cuInit reports; none is set up, so they can
+    still be configured)."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __getattr__(self, name):           # (resources and the like: TensorFlow's loader's)
+        return getattr(self.loader, name)
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        with _filtered_stderr():
+            self.loader.exec_module(module)
+            module.config.list_physical_devices()
+
+
+class _QuietTensorFlow(importlib.abc.MetaPathFinder):
+    """Finds `tensorflow` as the other finders do, with _QuietLoader; once."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _QuietLoader(spec.loader)
+        return spec
+
+
+def install():
+    """TensorFlow's next load (if it is not loaded yet) leaves its routine lines out."""
+    if "tensorflow" not in sys.modules and os.environ.get("KERASJIT_QUIET") != "0" \
+            and not any(isinstance(f, _QuietTensorFlow) for f in sys.meta_path):
+        sys.meta_path.insert(0, _QuietTensorFlow())

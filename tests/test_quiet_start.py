@@ -23,10 +23,22 @@ def test_routine_lines_are_told_from_the_others():
     assert not routine("Traceback (most recent call last):")
 
 
-def test_importing_kerasjit_first_prints_none_of_them():
-    done = subprocess.run([sys.executable, "-c", "import kerasjit, sys; "
+def test_tensorflow_loaded_after_kerasjit_prints_none_of_them():
+    done = subprocess.run([sys.executable, "-c", "import kerasjit, keras, sys; "
                            "print('after', file=sys.stderr)"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert not [line for line in done.stderr.splitlines() if routine(line)], done.stderr
     assert done.stderr.splitlines()[-1] == "after"   # stderr works as before afterwards
+
+
+def test_importing_kerasjit_loads_no_tensorflow_until_it_is_used():
+    # (so `python -m kerasjit --help` answers at once)
+    done = subprocess.run([sys.executable, "-c", "import sys, kerasjit; "
+                           "print('tensorflow' in sys.modules); kerasjit.wrap; "
+                           "print('tensorflow' in sys.modules)"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["False", "True"], done.stderr
+    helped = subprocess.run([sys.executable, "-m", "kerasjit", "--help"], capture_output=True,
+                            text=True, timeout=300)
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: python -m kerasjit")
