@@ -18,6 +18,28 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+def _parser():
+    parser = argparse.ArgumentParser(prog="python -m kerasjit.bench",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7, help="per contender, first is compile")
+    parser.add_argument("--softmax-steps", type=int, default=600,
+                        help="batches per epoch, softmax regression (600: MNIST's 60000)")
+    parser.add_argument("--steps", type=int, default=50,
+                        help="batches per epoch, MLP and text CNN")
+    parser.add_argument("--mnist-steps", type=int, default=20,
+                        help="batches per epoch, MNIST CNN")
+    parser.add_argument("--cnn-steps", type=int, default=3, help="batches per epoch, elephant CNN")
+    parser.add_argument("--image-size", type=int, default=150)
+    parser.add_argument("--models", nargs="*", help="subset of model names")
+    parser.add_argument("--backend", default="auto", help="kerasjit's backend (auto, cpu, gpu)")
+    parser.add_argument("--out", default="reports")
+    parser.add_argument("--name", default="benchmark", help="report files: OUT/NAME.csv, .md")
+    return parser
+
+
+if __name__ == "__main__":
+    _parser().parse_args()     # --help and bad arguments: answered before TensorFlow loads
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import kerasjit  # noqa: E402  (first: TensorFlow loads without its routine log lines)
@@ -218,21 +240,7 @@ def write_reports(rows, out_dir, command, name="benchmark", backend="auto"):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m kerasjit.bench",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7, help="per contender, first is compile")
-    parser.add_argument("--softmax-steps", type=int, default=600,
-                        help="batches per epoch, softmax regression (600: MNIST's 60000)")
-    parser.add_argument("--steps", type=int, default=50,
-                        help="batches per epoch, MLP and text CNN")
-    parser.add_argument("--mnist-steps", type=int, default=20,
-                        help="batches per epoch, MNIST CNN")
-    parser.add_argument("--cnn-steps", type=int, default=3, help="batches per epoch, elephant CNN")
-    parser.add_argument("--image-size", type=int, default=150)
-    parser.add_argument("--models", nargs="*", help="subset of model names")
-    parser.add_argument("--backend", default="auto", help="kerasjit's backend (auto, cpu, gpu)")
-    parser.add_argument("--out", default="reports")
-    parser.add_argument("--name", default="benchmark", help="report files: OUT/NAME.csv, .md")
+    parser = _parser()
     args = parser.parse_args(argv)
     unknown = set(args.models or ()) - set(_workloads(args))
     if unknown:

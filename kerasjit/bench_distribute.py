@@ -16,6 +16,20 @@ import statistics
 import time
 from datetime import datetime, timezone
 
+def _parser():
+    parser = argparse.ArgumentParser(prog="python -m kerasjit.bench_distribute",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=7, help="per contender, first is compile")
+    parser.add_argument("--steps", type=int, default=80, help="batches per epoch (MLP; CNN: 1/4)")
+    parser.add_argument("--models", nargs="*", help="subset of model names")
+    parser.add_argument("--out", default="reports")
+    return parser
+
+
+if __name__ == "__main__":
+    _parser().parse_args()     # --help and bad arguments: answered before TensorFlow loads
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import kerasjit  # noqa: E402  (first: TensorFlow loads without its routine log lines)
@@ -86,13 +100,7 @@ def write_reports(rows, out_dir, command, replicas):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m kerasjit.bench_distribute",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--replicas", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=7, help="per contender, first is compile")
-    parser.add_argument("--steps", type=int, default=80, help="batches per epoch (MLP; CNN: 1/4)")
-    parser.add_argument("--models", nargs="*", help="subset of model names")
-    parser.add_argument("--out", default="reports")
+    parser = _parser()
     args = parser.parse_args(argv)
     unknown = set(args.models or ()) - set(_models(args.steps))
     if unknown:
