@@ -21,7 +21,10 @@ _LAZY = {"wrap": (".wrap", "wrap"), "jit": (".step", "jit"), "explain": (".expla
 def __getattr__(name):
     if name in _LAZY:
         module, attribute = _LAZY[name]
-        return getattr(importlib.import_module(module, __name__), attribute)
+        value = getattr(importlib.import_module(module, __name__), attribute)
+        # (bound here for good: importing submodule kerasjit.wrap set `wrap` to it)
+        globals()[name] = value
+        return value
     if name == "report":
         return importlib.import_module(".report", __name__)
     raise AttributeError(f"module 'kerasjit' has no attribute {name!r}")

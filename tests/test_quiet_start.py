@@ -36,9 +36,10 @@ def test_importing_kerasjit_loads_no_tensorflow_until_it_is_used():
     # (so `python -m kerasjit --help` answers at once)
     done = subprocess.run([sys.executable, "-c", "import sys, kerasjit; "
                            "print('tensorflow' in sys.modules); kerasjit.wrap; "
-                           "print('tensorflow' in sys.modules)"],
+                           "print('tensorflow' in sys.modules); "
+                           "print(callable(kerasjit.wrap), callable(kerasjit.explain))"],
                           capture_output=True, text=True, timeout=300)
-    assert done.stdout.split() == ["False", "True"], done.stderr
+    assert done.stdout.split() == ["False", "True", "True", "True"], done.stderr
     helped = subprocess.run([sys.executable, "-m", "kerasjit", "--help"], capture_output=True,
                             text=True, timeout=300)
     assert helped.returncode == 0 and helped.stdout.startswith("usage: python -m kerasjit")
