@@ -166,7 +166,18 @@ def _column_max(run, column):
     return float(run.frame[column].max()) if column in run.frame and run.epochs else math.nan
 
 
-def _summary(runs):
+def _race_verdict(explained):
+    """What TensorFlow took over from a run's compiled step, from its explanation."""
+    taken = [c for c in getattr(explained, "clusters", ()) if c.kind != "compiled"
+             and "faster" in (c.reason or "")]
+    if not taken:
+        return ""
+    ops = sum(len(c.ops) for c in taken)
+    return (f" TensorFlow runs {len(taken)} of its parts ({ops} ops): it ran them faster "
+            f"here ({html.escape(taken[0].reason)}).")
+
+
+def _summary(runs, explanations):
     base = runs[0]
     usable = base.epochs > 0
     head = ("run", "epochs", "median epoch (s)", "vs baseline", "warm-up overhead (s)",
@@ -190,7 +201,7 @@ def _summary(runs):
             lines.append(f"<b>{html.escape(run.name)}</b>: {run.steady:.3g} s per epoch against "
                          f"{base.steady:.3g} s for <b>{html.escape(base.name)}</b>, "
                          f"<b>{_speed_words(ratio)}</b>; its cumulative wall time including "
-                         f"compiling {catch_up}.")
+                         f"compiling {catch_up}." + _race_verdict(explanations.get(run.name)))
         else:
             versus = payoff = "–"
         growth = run.frame["peak_rss_mib"].iloc[-1] - run.frame["peak_rss_mib"].iloc[0]
@@ -368,7 +379,8 @@ def speedup_report(runs, path, *, title="kerasjit speedup report", explanations=
         if not group[0].epochs:
             body.append("<p class='note'>The baseline recorded no epochs: no speedups.</p>")
         body += [_notes([notes[comparison]] if comparison in notes else []),
-                 _differing_epochs_note(group), _summary(group), _charts(group),
+                 _differing_epochs_note(group), _summary(group, explanations or {}),
+                 _charts(group),
                  "<h3>Per epoch</h3>",
                  *(_epoch_table(run) for run in group)]
     body.append(_column_legend([run for _, group in comparisons for run in group]))

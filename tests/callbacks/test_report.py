@@ -266,3 +266,16 @@ def test_bad_input_raises_clear_errors(profiled_runs, tmp_path):
     with pytest.raises(TypeError, match="run 2: expected a JitProfiler"):
         speedup_report([runs[0], [1.0, 2.0]], tmp_path / "r.html")
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_race_tensorflow_won_is_told_beside_the_headline(tmp_path):
+    from types import SimpleNamespace
+    explained = SimpleNamespace(clusters=[
+        SimpleNamespace(kind="compiled", ops=["MatMul"] * 40, reason=""),
+        SimpleNamespace(kind="tensorflow", ops=["Conv2D", "Relu"],
+                        reason="TensorFlow ran it faster here (1.00 vs 2.00 ms per call compiled)")])
+    text = speedup_report([frame("base", [1.0, 1.0, 1.0]), frame("jit", [1.5, 0.5, 0.5])],
+                          tmp_path / "r.html", explanations={"jit": explained}).read_text()
+    start = text.index("<p class='headline'>")
+    headline = text[start:text.index("</p>", start)]
+    assert "TensorFlow runs 1 of its parts (2 ops): it ran them faster here" in headline
