@@ -4,10 +4,10 @@ Keras runs a step under a strategy as `strategy.run(step, (batch,))` and
 reduces the replicas' outputs. kerasjit traces exactly that function, with
 each replica's part of the batch as arguments of its own, so one trace holds
 the replicas' steps, the strategy's cross-replica reduction of gradients and
-the updates of every copy of a mirrored variable. The partitioner then
-compiles what it can lower (the replicas' forward and backward passes, the
-updates) and leaves the collective ops (all-reduce across workers, NCCL) to
-TensorFlow as clusters of their own between compiled ones.
+the updates of every copy of a mirrored variable. Within one process every
+member of the all-reduce is in that trace, and it compiles as arithmetic
+with the rest (frontend/collectives.py); across workers the collective ops
+run in TensorFlow, a cluster between compiled ones.
 """
 import tensorflow as tf
 from keras.src import tree
