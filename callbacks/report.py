@@ -100,8 +100,7 @@ def _as_run(item, position):
     if missing:
         raise ValueError(f"run {name!r} lacks column(s) {', '.join(missing)} (has: "
                          f"{', '.join(map(str, frame.columns))}); pass JitProfiler.dataframe")
-    attrs, frame = dict(frame.attrs), frame.reset_index(drop=True).copy()
-    frame.attrs = attrs
+    frame = frame.reset_index(drop=True).copy()       # (attrs kept: the pid)
     for column in REQUIRED:
         values = pd.to_numeric(frame[column], errors="coerce")
         bad = values.isna() & frame[column].notna()

@@ -17,7 +17,6 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 
-
 class ClippedRegressor(keras.Model):
     def __init__(self):
         super().__init__()

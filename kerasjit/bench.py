@@ -239,13 +239,17 @@ def write_reports(rows, out_dir, command, name="benchmark", backend="auto"):
     return table
 
 
+def check_models(parser, chosen, known):
+    """A usage error for a --models name that is none of `known`."""
+    unknown = set(chosen or ()) - set(known)
+    if unknown:
+        parser.error(f"no model {', '.join(sorted(unknown))}; models: {', '.join(known)}")
+
+
 def main(argv=None):
     parser = _parser()
     args = parser.parse_args(argv)
-    unknown = set(args.models or ()) - set(_workloads(args))
-    if unknown:
-        parser.error(f"no model {', '.join(sorted(unknown))}; models: "
-                     f"{', '.join(_workloads(args))}")
+    check_models(parser, args.models, _workloads(args))
     # Compile times from an empty compile cache (a temporary one, gone afterwards).
     os.environ["KERASJIT_CACHE_DIR"] = cache = tempfile.mkdtemp(prefix="kerasjit-bench-")
     rows = []

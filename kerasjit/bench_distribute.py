@@ -38,7 +38,7 @@ import pandas as pd  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from kerasjit import workloads  # noqa: E402
-from kerasjit.bench import PAUSE_S, machine  # noqa: E402
+from kerasjit.bench import PAUSE_S, check_models, machine  # noqa: E402
 
 CONTENDERS = ("keras", "kerasjit")
 
@@ -102,10 +102,7 @@ def write_reports(rows, out_dir, command, replicas):
 def main(argv=None):
     parser = _parser()
     args = parser.parse_args(argv)
-    unknown = set(args.models or ()) - set(_models(args.steps))
-    if unknown:
-        parser.error(f"no model {', '.join(sorted(unknown))}; models: "
-                     f"{', '.join(_models(args.steps))}")
+    check_models(parser, args.models, _models(args.steps))
     # Before TensorFlow sets up its devices: one CPU as `replicas` logical ones.
     cpus = tf.config.list_physical_devices("CPU")
     tf.config.set_logical_device_configuration(

@@ -102,13 +102,12 @@ def explain(model_or_fn, *example_inputs, backend="auto", verbose=False):
         state = getattr(model, "_kerasjit", None)
         strategy = strategy_of(model)
         step = state.train if state else CompiledStep(
-            replicated(model.train_step, strategy, "auto") if strategy else model.train_step,
-            backend, "train_step")
+            replicated(model.train_step, strategy, "auto"), backend, "train_step")
         # As fit feeds them: floating-point arrays cast to Keras's float type.
         batch = tuple(np.asarray(a, keras.backend.floatx())
                       if a is not None and np.asarray(a).dtype.kind == "f" else a
                       for a in example_inputs)
-        program = step.program_for(*(split_batch(batch, strategy) if strategy else (batch,)))
+        program = step.program_for(*split_batch(batch, strategy))
         return Explanation(f"{model.name}.train_step", program, verbose)
     step = model_or_fn if isinstance(model_or_fn, CompiledStep) else \
         CompiledStep(model_or_fn, backend)

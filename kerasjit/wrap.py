@@ -19,7 +19,7 @@ from .runtime import feed
 from .arrays import gathered
 from .runtime.state import ResidentStore
 from .runtime.distribute import (check_strategy, local_batches, multi_worker, replicated,
-                         strategy_of, symbolic_build)
+                                 strategy_of, symbolic_build)
 from .step import CompiledStep
 
 
@@ -42,18 +42,15 @@ class JitState:
             # collectives meet by key): no background compile, no timing verdict.
             background = False
         self.train, self.test, self.predict = (
-            CompiledStep(self._replicated(step, reduction), backend, name, max_shapes,
+            CompiledStep(replicated(step, self.strategy, reduction), backend, name, max_shapes,
                          self.compile_events, self.store, announce, race, background)
             for step, name, reduction in ((model.train_step, "train_step", "auto"),
                                           (model.test_step, "test_step", "auto"),
                                           (model.predict_step, "predict_step", "concat")))
 
-    def _replicated(self, step, reduction):
-        return step if self.strategy is None else replicated(step, self.strategy, reduction)
-
     def arguments(self, batch):
         """A step's arguments for one of Keras's batches."""
-        return (batch,) if self.strategy is None else local_batches(batch, self.strategy)
+        return local_batches(batch, self.strategy)
 
     def buffer_bytes(self):
         return sum(run.program.buffer_bytes() for step in (self.train, self.test, self.predict)
@@ -210,15 +207,15 @@ def wrap(model, backend="auto", max_shapes=8, race=True, background=None):
     faster (a convolution, batched matmul or einsum, pooling, a scan, top-k)
     against TensorFlow on its first calls and keep TensorFlow where it is
     clearly faster, and a background-compiled step against TensorFlow's
-    whole step (a compiler backend only; False always runs compiled code). background: a step compiles on a thread of its own while
-    TensorFlow runs it (training starts at once; the compiled step takes over
-    between two steps, with the variables as TensorFlow left them); False
-    waits for the compile; None: True unless KERASJIT_BACKGROUND=0. Bad
-    input raises before the model is changed.
+    whole step (a compiler backend only; False always runs compiled code).
+    background: a step compiles on a thread of its own while TensorFlow runs
+    it (training starts at once; the compiled step takes over between two
+    steps, with the variables as TensorFlow left them); False waits for the
+    compile; None: True unless KERASJIT_BACKGROUND=0. Bad input raises before
+    the model is changed.
     """
     _check_model(model)
-    if strategy_of(model) is not None:
-        check_strategy(strategy_of(model))
+    check_strategy(strategy_of(model))
     if background is None:
         background = os.environ.get("KERASJIT_BACKGROUND", "1") != "0"
     previous = getattr(model, "_kerasjit", None)

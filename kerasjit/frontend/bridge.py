@@ -22,6 +22,7 @@ from ..backends.cpu import cache
 from ..errors import HloParseError
 from ..hlo import parse_module, print_module
 from ..hlo.shape import DTYPES
+from .collectives import COLLECTIVES
 
 # Ops whose output shape depends on input values: the bridge can only give
 # them bounded dynamic shapes, which kerasjit does not compile.
@@ -35,12 +36,6 @@ PYTHON_OPS = {"EagerPyFunc", "PyFunc", "PyFuncStateless"}
 STATEFUL_RANDOM_OPS = {"RandomUniform", "RandomUniformInt", "RandomStandardNormal",
                        "TruncatedNormal", "RandomShuffle", "Multinomial", "RandomGamma",
                        "RandomPoisson", "RandomPoissonV2"}
-# A strategy's cross-replica ops: TensorFlow runs them (on the devices they
-# name), all of a step's in one cluster (plan.py), since each waits for the others.
-COLLECTIVES = {"CollectiveReduceV2", "CollectiveGatherV2", "CollectiveBcastSendV2",
-               "CollectiveBcastRecvV2", "CollectiveAllToAllV2", "CollectiveReduce",
-               "CollectiveGather", "CollectiveBcastSend", "CollectiveBcastRecv",
-               "NcclAllReduce", "NcclReduce", "NcclBroadcast"}
 _REJECTED_NODE = re.compile(r"\{\{node ([^}]+)\}\}|node `([^`]+)`")
 
 

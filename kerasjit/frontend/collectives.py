@@ -11,31 +11,55 @@ import heapq
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import op_def_registry
 
 from .nodes import Builder, node, node_name, tensor_name
 
+# A strategy's cross-replica ops: TensorFlow runs them, on the devices they name,
+# the members of one collective in one cluster (each waits for the others).
+COLLECTIVES = {"CollectiveReduceV2", "CollectiveGatherV2", "CollectiveBcastSendV2",
+               "CollectiveBcastRecvV2", "CollectiveAllToAllV2", "CollectiveReduce",
+               "CollectiveGather", "CollectiveBcastSend", "CollectiveBcastRecv",
+               "NcclAllReduce", "NcclReduce", "NcclBroadcast"}
 _MERGES = {b"Add": "AddV2", b"Mul": "Mul", b"Max": "Maximum", b"Min": "Minimum"}
+
+
+def _constant(by_name, tensor):
+    """The value of a Const tensor, else None."""
+    made = by_name.get(node_name(tensor))
+    return None if made is None or made.op != "Const" else \
+        tf.make_ndarray(made.attr["value"].tensor).item()
+
+
+def collective_instance(n, by_name):
+    """What identifies the collective `n` takes part in (its group and instance
+    keys, or NCCL's shared name), shared by its members alone; None for other
+    ops, or where a key is known only at run time."""
+    if n.op not in COLLECTIVES:
+        return None
+    if "shared_name" in n.attr:
+        return n.attr["shared_name"].s
+    if "instance_key" in n.attr:
+        return n.attr["group_key"].i, n.attr["instance_key"].i
+    arguments = [a.name for a in op_def_registry.get(n.op).input_arg]
+    keys = tuple(_constant(by_name, n.input[arguments.index(k)])
+                 for k in ("group_key", "instance_key"))
+    return None if None in keys else keys
 
 
 def local_all_reduces(fg):
     """`fg` with each all-reduce whose members it holds all of computed in place."""
     by_name = {n.name: n for n in fg.nodes}
-
-    def constant(tensor):
-        made = by_name.get(node_name(tensor))
-        return None if made is None or made.op != "Const" else \
-            tf.make_ndarray(made.attr["value"].tensor).item()
-
     groups = {}
     for n in fg.nodes:
         if n.op == "CollectiveReduceV2" and n.attr["merge_op"].s in _MERGES \
                 and n.attr["final_op"].s in (b"Id", b"Div"):
-            size, group, instance = (constant(t) for t in n.input[1:4])
-            if None not in (size, group, instance):
-                groups.setdefault((n.attr["merge_op"].s, n.attr["final_op"].s, size, group,
-                                   instance), []).append(n)
+            instance, size = collective_instance(n, by_name), _constant(by_name, n.input[1])
+            if instance is not None and size is not None:
+                groups.setdefault((n.attr["merge_op"].s, n.attr["final_op"].s, size, instance),
+                                  []).append(n)
     replacements = {}
-    for (merge, final, size, _, _), members in groups.items():
+    for (merge, final, size, _), members in groups.items():
         if len(members) == size:
             replacements.update(_merged(members, merge, final, fg.specs))
     if not replacements:

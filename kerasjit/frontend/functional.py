@@ -22,9 +22,8 @@ import tensorflow as tf
 from tensorflow.core.framework import node_def_pb2
 from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
 
-from .bridge import COLLECTIVES
 from .checks import add_input_checks, asserted_condition
-from .collectives import local_all_reduces
+from .collectives import COLLECTIVES, local_all_reduces
 from .loops import LOOPS, as_function, retyped_loop, value_arguments
 from .nodes import Builder, const, node, node_name, placeholder, tensor_name
 from .rewrites import rewrite_for_tf_parity

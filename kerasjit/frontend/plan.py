@@ -8,7 +8,6 @@ every compiled cluster is accepted.
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.framework import op_def_registry
 
 from ..cancel import checkpoint
 from ..errors import warn
@@ -16,6 +15,7 @@ from ..hlo.gemm import dot_layout
 from ..runtime.program import ClusterRun, Program, Specializer
 from ..runtime.race import Race
 from . import bridge
+from .collectives import collective_instance
 from .nodes import node_name, tensor_name
 from .partition import Node, partition
 
@@ -69,24 +69,8 @@ class Planner:
                               tuple(d for d, i in zip(deps, n.input)
                                     if d not in self.sources and i.startswith("^")),
                               compilable=not reason, reason=reason,
-                              together=self._collective_instance(n)))
+                              together=collective_instance(n, self.by_name)))
         return partition(nodes)
-
-    def _collective_instance(self, n):
-        """What identifies the collective `n` takes part in (its group and
-        instance keys, or NCCL's shared name), or None for other ops."""
-        if n.op not in bridge.COLLECTIVES:
-            return None
-        if "shared_name" in n.attr:
-            return n.attr["shared_name"].s
-        if "instance_key" in n.attr:
-            return n.attr["group_key"].i, n.attr["instance_key"].i
-        arguments = [a.name for a in op_def_registry.get(n.op).input_arg]
-        keys = [self.by_name.get(node_name(n.input[arguments.index(k)]))
-                for k in ("group_key", "instance_key")]
-        if any(k is None or k.op != "Const" for k in keys):
-            return n.name       # (keys known only at run time: no partner known)
-        return tuple(tf.make_ndarray(k.attr["value"].tensor).item() for k in keys)
 
     def _opaque_edges(self, members, inputs, outputs):
         """{member node: why} for the nodes of a compiled cluster that take or

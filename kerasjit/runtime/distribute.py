@@ -27,8 +27,8 @@ def strategy_of(model):
 
 
 def check_strategy(strategy):
-    """A clear error for a strategy whose steps kerasjit cannot run."""
-    if not isinstance(strategy, _SUPPORTED):
+    """A clear error for a strategy whose steps kerasjit cannot run (None: none)."""
+    if strategy is not None and not isinstance(strategy, _SUPPORTED):
         raise NotImplementedError(
             f"kerasjit.wrap does not support {type(strategy).__name__}: train this model "
             "without kerasjit.wrap (kerasjit runs MirroredStrategy, "
@@ -40,9 +40,12 @@ class Replicas(tuple):
 
 
 def local_batches(batch, strategy):
-    """One batch per local replica: the parts of a batch split already, a
-    distributed dataset's per-replica values, or the whole batch for each
-    (train_on_batch's, as Keras gives it to every replica)."""
+    """A step's arguments for one of Keras's batches: one batch per local
+    replica (the parts of a batch split already, a distributed dataset's
+    per-replica values, or the whole batch for each: train_on_batch's, as
+    Keras gives it to every replica); without a strategy, the batch."""
+    if strategy is None:
+        return (batch,)
     if isinstance(batch, Replicas):
         return tuple(batch)
     count = _local_replicas(strategy)
@@ -55,7 +58,9 @@ def local_batches(batch, strategy):
 def split_batch(batch, strategy):
     """A global batch split over the replicas as a distributed dataset splits
     it (ceil(rows / replicas) rows each while rows last): the parts of this
-    worker's replicas."""
+    worker's replicas; without a strategy, the batch."""
+    if strategy is None:
+        return (batch,)
     leaves = tf.nest.flatten(batch)
     rows = len(leaves[0])
     chunk = -(-rows // strategy.num_replicas_in_sync)
@@ -66,7 +71,11 @@ def split_batch(batch, strategy):
 
 def replicated(step, strategy, reduction):
     """`step` as Keras runs it under `strategy`, taking one batch per local
-    replica and returning the replicas' outputs reduced as Keras does."""
+    replica and returning the replicas' outputs reduced as Keras does
+    (without a strategy, `step` itself)."""
+    if strategy is None:
+        return step
+
     def function(*batches):
         parts = iter(batches)     # (asked for in the order of the local replicas)
         data = strategy.experimental_distribute_values_from_function(lambda _: next(parts))

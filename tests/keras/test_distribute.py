@@ -18,6 +18,8 @@ import tensorflow as tf
 import kerasjit
 from kerasjit.runtime.distribute import check_strategy
 
+pytestmark = pytest.mark.tensorflow_reference      # (compared with plain Keras's kernels)
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "multi_worker.py"
 
