@@ -4,10 +4,11 @@
     model.fit(x, y, batch_size=64, epochs=3, callbacks=[profiler, keras.callbacks.CSVLogger(...)])
     profiler.dataframe          # one row per epoch, columns as in COLUMNS
 
-Works on any Keras model, plain or wrapped. The figures also go into each
-epoch's `logs` as `jit_<column>` (seen by callbacks listed after it, and
-History). Rows accumulate over `fit` calls, so contenders can be interleaved
-epoch by epoch.
+Works on any Keras model, plain or wrapped. Every measured column also goes
+into the History that `fit` returns as `jit_<column>`; the `log_columns`
+go into each epoch's `logs` too (the progress bar, CSVLogger and callbacks
+listed after it). Rows accumulate over `fit` calls, so contenders can be
+interleaved epoch by epoch.
 
 Optional, duck-typed compiler hooks (nothing of the compiler is imported):
 `model._kerasjit.compile_events`, a list of `(perf_counter start, seconds,
@@ -72,8 +73,9 @@ class JitProfiler(keras.callbacks.Callback):
     size if it has one, else samples/s is NaN. A last partial batch is
     counted as full.
     log_columns: the columns that also go into the epoch logs as
-    `jit_<column>` (History, CSVLogger, the progress bar): by default the
-    compile time and samples/s, "all" for every measured one.
+    `jit_<column>` (the progress bar, CSVLogger): by default the compile
+    time and samples/s, "all" for every measured one, () for none. The
+    History gets every measured column either way.
     """
 
     # It times batches but never reads the model's variables between them, so a
@@ -118,6 +120,19 @@ class JitProfiler(keras.callbacks.Callback):
         self.name = self.name or self.model.name
         self.batch_size = self.batch_size or self._infer_batch_size()
         self._gpu = _cupy_pool()
+        self._first_row = len(self.rows)
+
+    def on_train_end(self, logs=None):
+        # Keras's History sees only the logs; this fit's other columns join it here,
+        # epoch for epoch, leaving out what no epoch measured.
+        history, rows = getattr(self.model, "history", None), self.rows[self._first_row:]
+        if not rows or len(getattr(history, "epoch", ())) != len(rows):
+            return
+        for column in COLUMNS:
+            values = [row[column] for row in rows]
+            if column != "epoch" and column not in self.log_columns \
+                    and not all(math.isnan(v) for v in values):
+                history.history.setdefault(f"jit_{column}", []).extend(values)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._step_seconds = []

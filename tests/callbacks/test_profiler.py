@@ -149,14 +149,32 @@ def test_batch_size_and_accumulation_over_fit_calls():
 
 def test_the_progress_bar_gets_the_compile_time_and_throughput_only_by_default(capsys):
     x, y = workloads.classification_data(200, (784,), 10)
-    history = softmax(False).fit(x, y, batch_size=100, epochs=1, verbose=2,
-                                 callbacks=[JitProfiler(batch_size=100)])
-    assert sorted(k for k in history.history if k.startswith("jit_")) == \
-        ["jit_compile_seconds", "jit_samples_per_second"]
+    profiler = JitProfiler(batch_size=100)
+    history = softmax(False).fit(x, y, batch_size=100, epochs=2, verbose=2, callbacks=[profiler])
     epoch_line = [line for line in capsys.readouterr().out.splitlines() if "loss" in line][-1]
     assert "jit_samples_per_second" in epoch_line and "jit_peak_rss" not in epoch_line
+    # The History that fit returns has every measured column all the same.
+    frame = profiler.dataframe
+    for column in ("epoch_seconds", "step_p99_ms", "peak_rss_mib", "samples_per_second"):
+        assert history.history[f"jit_{column}"] == pytest.approx(list(frame[column]))
+    assert "jit_gpu_mib" in history.history or frame["gpu_mib"].isna().all()
+
+    quiet = softmax(False).fit(x, y, batch_size=100, epochs=1, verbose=2,
+                               callbacks=[JitProfiler(batch_size=100, log_columns=())])
+    epoch_line = [line for line in capsys.readouterr().out.splitlines() if "loss" in line][-1]
+    assert "jit_" not in epoch_line and "jit_step_p50_ms" in quiet.history
     with pytest.raises(ValueError, match="no column \\['latency'\\]"):
         JitProfiler(log_columns=["latency"])
+
+
+def test_a_history_kept_over_fit_calls_gets_each_fit_once():
+    x, y = workloads.classification_data(100, (784,), 10)
+    model, history, profiler = softmax(False), keras.callbacks.History(), JitProfiler()
+    for _ in range(2):
+        model.fit(x, y, batch_size=50, epochs=2, verbose=0, callbacks=[profiler, history])
+    assert len(history.history["jit_step_p50_ms"]) == 4 == len(history.history["loss"])
+    assert history.history["jit_step_p50_ms"] == pytest.approx(
+        list(profiler.dataframe["step_p50_ms"]))
 
 
 def test_empty_profiler_has_the_columns():
