@@ -1,16 +1,70 @@
-"""The compile driver: an HLO module -> the HLO passes -> a backend's executable.
+"""The compile driver: HLO module -> HLO passes -> lowering -> kernel-IR passes -> a backend.
 
-The passes run here, once, in place (explain() shows the module as
-compiled); a backend builds the optimised module (Backend.build). Where a
-device's own compiler rejects generated code, the cluster runs on the
+    Backend.compile(module)
+      optimize_as_configured     HLO passes, in place (explain() shows the module as compiled)
+      backend.cached(key)        code built before for the same module, if the backend keeps any
+      lower                      kernel IR: fusion decisions, loop kernels, GEMM calls
+        KERNEL_PASSES            each followed by the kernel-IR verifier with KERASJIT_DEBUG=1
+      backend.build(program)     render, compile, load: the Executable
+
+Where a device's own compiler rejects generated code, the cluster runs on the
 backend's fallback (the CPU for the GPU) with a warning naming the cause.
 """
 import abc
+import contextlib
+import functools
+import gc
+import os
 
 from .arrays import host
 from .cancel import checkpoint
 from .errors import DeviceCompilerError, warn
+from .kernels.aliasing import alias_donated
+from .kernels.collapse import collapse_loops
+from .kernels.epilogues import fuse_epilogues
+from .kernels.lower import lower_module
+from .kernels.storage import assign_storage
+from .kernels.verifier import verify_kernels
 from .passes import optimize_as_configured
+
+
+def kernel_passes(donate=None, implicit_gemm=False):
+    """The kernel-IR passes after lowering, in order. donate: {parameter index:
+    output index} whose memory the caller gives up."""
+    return [functools.partial(alias_donated, donate=donate),    # updates written in place
+            *([fuse_epilogues] if implicit_gemm else []),     # bias/activation into the GEMM
+            assign_storage,                                    # temporaries share memory
+            collapse_loops]                                    # flat loops where dims only address
+
+
+def lower(module, donate=None, implicit_gemm=False, verify=None):
+    """The KernelProgram a backend builds of optimised `module`: lowered, then
+    the kernel passes. verify: the kernel-IR verifier after lowering and each
+    pass (default: with KERASJIT_DEBUG=1)."""
+    if verify is None:
+        verify = bool(os.environ.get("KERASJIT_DEBUG"))
+    program = lower_module(module, implicit_gemm)
+    for kernel_pass in [None, *kernel_passes(donate, implicit_gemm)]:
+        if kernel_pass is not None:
+            program = kernel_pass(program)
+        if verify:
+            verify_kernels(program)
+    return program
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector off while a cluster builds: lowering
+    and rendering allocate enough to set off full collections, each a walk over
+    every object TensorFlow and Keras hold (a third of a second of the MNIST
+    CNN's build). What the build leaves is collected afterwards, as usual."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class Executable(abc.ABC):
@@ -29,6 +83,7 @@ class Backend(abc.ABC):
     name = None
     races_tensorflow = False    # whether a compiled cluster must beat TensorFlow's (race.py)
     fallback = None             # the backend a cluster its device compiler rejects runs on
+    implicit_gemm = True        # convolutions as ImplicitGemm steps (else patches + GEMM)
 
     def compile(self, module, donate=None):
         """`module` optimised in place and built. donate: {parameter index:
@@ -37,16 +92,35 @@ class Backend(abc.ABC):
         optimize_as_configured(module)
         checkpoint()
         try:
-            return self.build(module, donate)
+            return self.compile_optimized(module, donate)
         except DeviceCompilerError as e:
             if self.fallback is None:
                 raise
             warn(f"kerasjit: {e}; this cluster runs on the {self.fallback.name.upper()} backend")
-            return OnHost(self.fallback.build(module, donate), str(e))
+            return OnHost(self.fallback.compile_optimized(module, donate), str(e))
 
-    @abc.abstractmethod
-    def build(self, module, donate):
-        """The Executable of optimised `module`."""
+    def compile_optimized(self, module, donate):
+        key = self.cache_key(module, donate)
+        executable = self.cached(key)
+        if executable is None:
+            with _collector_paused():
+                program = lower(module, donate, self.implicit_gemm)
+                checkpoint()
+                executable = self.build(program, key)
+        return executable
+
+    def cache_key(self, module, donate):
+        """What identifies the code this backend builds of optimised `module`
+        (None: it keeps no code)."""
+        return None
+
+    def cached(self, key):
+        """The Executable built before under `key`, or None."""
+        return None
+
+    def build(self, program, key):
+        """The Executable of kernel program `program` (kept under `key`)."""
+        raise NotImplementedError(f"the {self.name} backend builds no kernel programs")
 
 
 class OnHost(Executable):

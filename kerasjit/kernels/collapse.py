@@ -4,13 +4,13 @@ A [784, 10] loop runs mostly in the vector loop's scalar remainder. Where the
 two indices are used only as consecutive positions of loads from buffers laid
 out like the loop, one flat loop over 7840 elements reads the same elements:
 the loads keep their rank, zeros at the merged positions but the last, which
-takes the flat index. Renderers apply this just before emitting code, since
-those loads index past their nominal bounds.
+takes the flat index. It is the last kernel-IR pass, since those loads index
+past their nominal bounds.
 """
 import math
 from dataclasses import replace
 
-from .ir import S64, Const, Index, Load, LoopKernel, children, map_nodes, walk
+from .ir import S64, Const, Index, Load, LoopKernel, Reduce, children, map_nodes, nested_steps, walk
 
 
 def _positions(kernel):
@@ -77,3 +77,26 @@ def collapse_dims(kernel, buffers):
               for bid, expr in kernel.stores]
     return replace(kernel, dims=tuple(math.prod(kernel.dims[d] for d in group)
                                       for group in groups), stores=stores)
+
+
+def rows_can_accumulate(kernel):
+    """A lone reduction (dot, convolution, sum) over a last dim longer than 1:
+    renderers may accumulate its rows in place, so it keeps its dims."""
+    stores = kernel.stores
+    if len(stores) != 1 or not kernel.dims or kernel.dims[-1] == 1:
+        return False
+    red = stores[0][1]
+    return isinstance(red, Reduce) and len(red.accs) == 1 and len(red.bodies) == 1
+
+
+def collapse_loops(program):
+    """The kernel-IR pass: every loop kernel of `program` (inside compound
+    steps too) with its mergeable dims merged, but for lone reductions."""
+    def visit(steps):
+        for i, step in enumerate(steps):
+            for inside in nested_steps(step):
+                visit(inside)
+            if type(step) is LoopKernel and not rows_can_accumulate(step):
+                steps[i] = collapse_dims(step, program.buffers)
+    visit(program.steps)
+    return program

@@ -10,23 +10,18 @@ w updates of one weight are one pass over memory, though other weights'
 updates come between them in post-order).
 """
 import dataclasses
-import functools
-import os
 
 from ..errors import Unsupported
 from ..hlo.gemm import dot_layout
 from ..hlo.opcodes import ELEMENTWISE
-from .aliasing import alias_donated
 from .conv_gemm import conv_as_gemm
 from .conv_implicit import conv_as_implicit_gemm
-from .epilogues import fuse_epilogues
 from .expressions import EXPRESSIONS, elementwise, op_of, scatter_update, update_window
 from .fusion import fusion_decisions, materialize_reason, roots_a_kernel
 from .ir import (S64, Buffer, Const, GemmCall, Index, KernelProgram, Load, LoopKernel, Op,
                  ScatterKernel, Var, walk)
 from .loops import leaves, lower_while, parts
-from .storage import assign_storage, writes
-from .verifier import verify_kernels
+from .storage import writes
 
 # How many steps back a value looks for a loop to join. Each try builds its
 # expression again, and a join further back keeps a temporary alive longer;
@@ -39,28 +34,11 @@ class _NotInKernel(Exception):
     needed at another index, or a buffer is written only at or after it)."""
 
 
-def lower(module, donate=None, implicit_gemm=False, verify=None):
-    """The KernelProgram of `module`; donate: {parameter index: output index} pairs
-    the caller lets share memory (aliasing.py); implicit_gemm: the backend runs
-    ImplicitGemm steps, which convolutions then become (else patches + GEMM).
-    verify: run the kernel-IR verifier after lowering and each kernel pass
-    (default: with KERASJIT_DEBUG=1)."""
-    if verify is None:
-        verify = bool(os.environ.get("KERASJIT_DEBUG"))
-    check = verify_kernels if verify else (lambda program: None)
-    program = _Lowering(module.entry, implicit_gemm).run()
-    check(program)
-    for kernel_pass in kernel_passes(donate, implicit_gemm):
-        program = kernel_pass(program)
-        check(program)
-    return program
-
-
-def kernel_passes(donate=None, implicit_gemm=False):
-    """The kernel-IR passes after lowering, in order."""
-    return [functools.partial(alias_donated, donate=donate),
-            *([fuse_epilogues] if implicit_gemm else []),
-            assign_storage]
+def lower_module(module, implicit_gemm=False):
+    """The KernelProgram of `module`, before the kernel-IR passes (compiler.py
+    runs them); implicit_gemm: the backend runs ImplicitGemm steps, which
+    convolutions then become (else patches + GEMM)."""
+    return _Lowering(module.entry, implicit_gemm).run()
 
 
 class _Lowering:

@@ -4,9 +4,8 @@ of 7840 (the inner 10 is too short for vectors), with the same results."""
 import pytest
 
 from kerasjit.hlo import parse_module
-from kerasjit.kernels.collapse import collapse_dims
 from kerasjit.kernels.ir import LoopKernel
-from kerasjit.kernels.lower import lower
+from kerasjit.compiler import lower
 
 from tests.support.cpu_check import check
 from tests.support.hlo_args import random_args
@@ -14,13 +13,12 @@ from tests.support.hlo_text import hlo
 
 
 def collapsed_dims(text):
-    """The collapsed dims of the module's one loop kernel, after checking the
-    compiled module (which collapses it) against the evaluator."""
+    """The dims of the module's one loop kernel after the kernel passes, after
+    checking the compiled module against the evaluator."""
     module = parse_module(text)
     check(module, random_args(module))
-    program = lower(module)
-    kernel, = [s for s in program.steps if isinstance(s, LoopKernel)]
-    return collapse_dims(kernel, program.buffers).dims
+    kernel, = [s for s in lower(module).steps if isinstance(s, LoopKernel)]
+    return kernel.dims
 
 
 def test_an_update_over_a_narrow_inner_dim_runs_as_one_flat_loop():
@@ -81,6 +79,5 @@ def test_a_unit_dim_broadcast_by_skipping_its_index_keeps_the_dims():
   %row = f32[1,10] parameter(1)
   %b = f32[7,10] broadcast(%row), dimensions={0,1}
   ROOT %y = f32[7,10] add(%x, %b)"""))
-    program = lower(module)
-    kernel, = [s for s in program.steps if isinstance(s, LoopKernel)]
-    assert collapse_dims(kernel, program.buffers).dims == (7, 10)
+    kernel, = [s for s in lower(module).steps if isinstance(s, LoopKernel)]
+    assert kernel.dims == (7, 10)

@@ -3,7 +3,7 @@ state lives in buffers for the whole loop, values passed on unchanged read
 where they are, a list's per-step write in place, the verifier satisfied."""
 from kerasjit.hlo import parse_module
 from kerasjit.kernels.ir import LoopKernel, ScatterKernel, WhileLoop, leaf_steps
-from kerasjit.kernels.lower import lower
+from kerasjit.compiler import lower
 from kerasjit.passes import optimize
 from tests.support.loop_text import LIST_LOOP, NESTED
 

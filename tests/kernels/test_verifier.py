@@ -5,7 +5,7 @@ import pytest
 from kerasjit.errors import KernelVerifyError
 from kerasjit.hlo import parse_module
 from kerasjit.kernels.ir import S64, Buffer, Index, KernelProgram, Load, LoopKernel, Op
-from kerasjit.kernels.lower import lower
+from kerasjit.compiler import lower
 from kerasjit.kernels.verifier import verify_kernels
 from kerasjit.passes import optimize
 

@@ -4,15 +4,12 @@ KERASJIT_DEBUG=1 runs the HLO and kernel-IR verifiers after every pass; KERASJIT
 writes the module after each pass there; KERASJIT_PROFILE_KERNELS=1 times every
 kernel (kerasjit.kernel_profile()).
 """
-import contextlib
 import dataclasses
-import gc
 import threading
 
 from ...cancel import checkpoint
 from ...compiler import Backend
 from ...kernels.ir import LoopKernel, leaf_steps
-from ...kernels.lower import lower
 from . import cache, engine, parallel, profile, workers
 from .blas import register_blas_symbols
 from .codegen import long_running, render_program
@@ -63,26 +60,8 @@ def _object_code(llvm_ir, name, unroll):
     return workers.pool.compile(texts, unroll, here)
 
 
-@contextlib.contextmanager
-def _collector_paused():
-    """Python's cyclic garbage collector off while a module compiles: building
-    LLVM IR allocates enough to set off full collections, each a walk over
-    every object TensorFlow and Keras hold (after a traced fit, a third of a
-    second of the MNIST CNN's rendering). What the compile leaves is
-    collected afterwards, as usual."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _build(module, donate, name, blas_threads_local, timed):
-    """Compile optimised `module` to the record the cache keeps."""
-    program = lower(module, donate, implicit_gemm=True)
-    checkpoint()
+def _record(program, name, blas_threads_local, timed):
+    """What the cache keeps of kernel program `program`: its native code."""
     threading = parallel.sgemm_threading(program.steps, blas_threads_local)
     llvm_ir, kernels, counters = render_program(
         program, name, blas_threads_local, engine.vector_lanes(), engine.is_x86(), timed,
@@ -102,28 +81,39 @@ class CpuBackend(Backend):
     def __init__(self):
         self.loaded = {}    # cache key -> (record, entry address) linked into this process
 
-    def build(self, module, donate):
-        """Native code for optimised `module`, built or from the compile cache."""
-        blas_threads_local = register_blas_symbols()
-        timed = profile.enabled()
-        host = (f"{engine.host_description()} blas-threads-local:{blas_threads_local}"
-                f"{' kernel-profile' if timed else ''}")
-        key = cache.cache_key(module, host, donate)
-        if key in self.loaded:          # same HLO again in this process: share the code
-            record, address = self.loaded[key]
-            return CpuExecutable(record["program"], address, record["kernels"],
-                                 record["cores_free"])
-        record = cache.load(key)
-        if record is None:
-            with _collector_paused():
-                record = _build(module, donate, f"cluster_{key[:16]}", blas_threads_local, timed)
-            cache.store(key, record)
+    def cache_key(self, module, donate):
+        """The module's code, this host and how its sgemm and timing run."""
+        host = (f"{engine.host_description()} blas-threads-local:{register_blas_symbols()}"
+                f"{' kernel-profile' if profile.enabled() else ''}")
+        return cache.cache_key(module, host, donate)
+
+    def cached(self, key):
+        """Code built for `key` in this process (shared) or on disk (loaded)."""
+        if key not in self.loaded:
+            record = cache.load(key)
+            if record is None:
+                return None
+            self._load(key, record)
+        return self._executable(key)
+
+    def build(self, program, key):
+        """Native code for kernel program `program`, kept in the compile cache."""
+        record = _record(program, f"cluster_{key[:16]}", register_blas_symbols(),
+                         profile.enabled())
+        cache.store(key, record)
+        self._load(key, record)
+        return self._executable(key)
+
+    def _load(self, key, record):
         address = engine.load_objects(record["objects"], record["entry"])
         if record.get("counters"):
             global_name, labels = record["counters"]
             profile.register(record["entry"].removesuffix("_entry"), labels,
                              engine.global_address(global_name))
         self.loaded[key] = (record, address)
+
+    def _executable(self, key):
+        record, address = self.loaded[key]
         return CpuExecutable(record["program"], address, record["kernels"],
                              record["cores_free"])
 

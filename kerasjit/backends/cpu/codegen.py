@@ -13,7 +13,7 @@ import math
 from llvmlite import ir
 
 from ...hlo.shape import row_major_strides
-from ...kernels.collapse import collapse_dims
+from ...kernels.collapse import rows_can_accumulate
 from ...kernels.identity import identity
 from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, ImplicitGemm, Index, Load,
                            LoopKernel, Op, Reduce, ReduceVar, ScatterKernel, Var, WhileLoop,
@@ -46,15 +46,6 @@ def long_running(kernel):
 def kernel_buffers(kernel):
     """Ids of the buffers a loop kernel touches, in the order it takes them."""
     return sorted({bid for bid, _ in kernel.stores}.union(*map(loaded, kernel_exprs(kernel))))
-
-
-def rows_can_accumulate(kernel):
-    """A lone reduction (dot, convolution, sum) whose rows can be accumulated in place."""
-    stores = kernel.stores
-    if len(stores) != 1 or not kernel.dims or kernel.dims[-1] == 1:
-        return False
-    red = stores[0][1]
-    return isinstance(red, Reduce) and len(red.accs) == 1 and len(red.bodies) == 1
 
 
 def outer_dims(kernel):
@@ -400,8 +391,6 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
                  may_split_here and implicit_gemm.worth_splitting(step, blocks_total),
                  blocks_total, [ir.Constant(I64, 0), ir.Constant(I64, blocks_total)])
         else:
-            if not rows_can_accumulate(step):     # (those keep their rows, to add along)
-                step = collapse_dims(step, program.buffers)
             buffers = kernel_buffers(step)
             split = may_split_here and parallel.worth_splitting(step, outer_dims(step))
 

@@ -1,23 +1,17 @@
 """The GPU backend: the kernel IR as CUDA C, compiled by NVRTC and run through CuPy.
 
-The HLO passes and lowering are shared (compiler.py); cuda_render.py renders
+The HLO passes, lowering and kernel passes are shared (compiler.py); cuda_render.py renders
 the loop kernels, device.py launches them and runs GEMMs through cuBLAS,
 executable.py keeps a cluster's buffers on the device. CuPy is imported
 only when a GPU is asked for (backend="gpu", or "auto" with CuPy installed).
 """
 from ...compiler import Backend
 from ...errors import DeviceCompilerError
-from ...kernels.lower import lower
 from .cuda_render import kernel_names, render_program
 from .device import GpuUnavailable, open_device
 from .executable import GpuExecutable
 
 __all__ = ["GpuBackend", "GpuUnavailable", "open_backend"]
-
-
-def lowered(module, donate=None):
-    """The KernelProgram this backend renders: convolutions as implicit GEMMs."""
-    return lower(module, donate, implicit_gemm=True)
 
 
 class GpuBackend(Backend):
@@ -33,9 +27,8 @@ class GpuBackend(Backend):
         from ..cpu import BACKEND
         return BACKEND
 
-    def build(self, module, donate):
-        """Kernels of optimised `module` for the device."""
-        program = lowered(module, donate)
+    def build(self, program, key):
+        """Kernels of kernel program `program` for the device."""
         self._count += 1
         name = f"cluster{self._count}"
         source, kernels = render_program(program, name)

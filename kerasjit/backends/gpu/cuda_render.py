@@ -144,9 +144,10 @@ class _KernelWriter:
             value = self.value(expr, scope)
             if expr.dtype == "pred":
                 value = f"(u8){value}"
-            at = self.address(bid, [self.value(t, scope) for t in self.kernel.target]
-                              if isinstance(self.kernel, ScatterKernel)
-                              else [f"i{d}" for d in range(len(dims))])
+            # (at the loop index, whose dims the kernel passes may have merged)
+            at = (self.address(bid, [self.value(t, scope) for t in self.kernel.target])
+                  if isinstance(self.kernel, ScatterKernel)
+                  else self.address(bid, [f"i{d}" for d in range(len(dims))], dims))
             store = f"b{bid}[{at}] = {value};"
             self.emit(f"if (threadIdx.x == 0) {store}" if self.cooperative else store)
 
@@ -157,9 +158,11 @@ class _KernelWriter:
         add = f"atomicAdd(&b{bid}[{at}], {self.value(kernel.update, scope)});"
         self.emit(f"if ({self.value(kernel.fits, scope)}) {add}" if kernel.fits else add)
 
-    def address(self, bid, index):
+    def address(self, bid, index, dims=None):
+        """Where buffer `bid`'s element `index` lies, the buffer laid out
+        row-major as `dims` (by default its own)."""
         terms, stride = [], 1
-        for i, n in reversed(list(zip(index, self.program.buffers[bid].dims))):
+        for i, n in reversed(list(zip(index, dims or self.program.buffers[bid].dims))):
             if n != 1:
                 terms.append(i if stride == 1 else f"{i} * {stride}LL")
             stride *= n

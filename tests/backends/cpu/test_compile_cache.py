@@ -39,12 +39,12 @@ EXPECTED = fn(*ARGS).numpy()
 @pytest.fixture
 def builds(monkeypatch):
     """One item per compile that generated code rather than load it."""
-    calls, lower = [], cpu.lower
+    calls, build = [], cpu.CpuBackend.build
 
     def counted(*args, **kwargs):
         calls.append(None)
-        return lower(*args, **kwargs)
-    monkeypatch.setattr(cpu, "lower", counted)
+        return build(*args, **kwargs)
+    monkeypatch.setattr(cpu.CpuBackend, "build", counted)
     return calls
 
 
@@ -71,7 +71,7 @@ def test_second_compile_is_a_cache_hit(compile_cache_dir, monkeypatch):
 
     def no_codegen(*_):
         raise AssertionError("code was generated despite a cache entry")
-    monkeypatch.setattr(cpu, "lower", no_codegen)
+    monkeypatch.setattr(cpu.CpuBackend, "build", no_codegen)
     executable = compile_fresh()[2]
     np.testing.assert_allclose(executable(ARGS)[0], EXPECTED, rtol=1e-6)
     assert executable.kernels                 # explain() still shows the kernels

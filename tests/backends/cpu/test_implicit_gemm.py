@@ -18,7 +18,7 @@ from kerasjit.backends.cpu import CpuBackend, implicit_gemm
 from kerasjit.backends.cpu.codegen import render_program
 from kerasjit.kernels.ir import GemmCall, ImplicitGemm, LoopKernel, leaf_steps
 from kerasjit.hlo import parse_module
-from kerasjit.kernels.lower import lower
+from kerasjit.compiler import lower
 from kerasjit.passes import optimize_as_configured
 
 from tests.support import cpu_check

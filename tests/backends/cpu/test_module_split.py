@@ -11,7 +11,7 @@ from kerasjit.backends.cpu import engine, workers
 from kerasjit.backends.cpu.codegen import render_program
 from kerasjit.backends.cpu.module_split import split_module, top_level
 from kerasjit.frontend.bridge import hlo_module
-from kerasjit.kernels.lower import lower
+from kerasjit.compiler import lower
 from kerasjit.passes import optimize
 
 

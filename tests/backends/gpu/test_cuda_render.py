@@ -19,7 +19,6 @@ import pytest
 import tensorflow as tf
 
 from kerasjit import workloads
-from kerasjit.backends.gpu import lowered
 from kerasjit.backends.gpu.cuda_ops import PRELUDE
 from kerasjit.backends.gpu.cuda_render import kernel_names, render_program
 from kerasjit.backends.gpu.executable import GpuExecutable
@@ -29,7 +28,7 @@ from kerasjit.hlo.evaluator import evaluate
 from kerasjit.hlo.shape import DTYPES
 from kerasjit.kernels.ir import (ChunkIndex, ChunkLoop, GemmCall, ImplicitGemm, LoopKernel,
                                  Reduce, ScatterKernel, leaf_steps, walk)
-from kerasjit.kernels.lower import lower
+from kerasjit.compiler import lower
 from kerasjit.passes import optimize
 
 from tests.support.cuda_host import HostDevice, Library, tool
@@ -47,7 +46,7 @@ def program_of(module, implicit_gemm=True):
     """`module` lowered as the GPU backend lowers it (or with convolutions as
     patch matrices and GEMMs in ChunkLoops, the path of other layouts)."""
     optimize(module)
-    return lowered(module) if implicit_gemm else lower(module)
+    return lower(module, implicit_gemm=implicit_gemm)
 
 
 # ------------------------------------------------------------------ compile

@@ -71,10 +71,8 @@ def test_structured_ops_match_evaluator(backend, name):
 def test_convolutions_in_many_chunks(backend, monkeypatch):
     """Chunked GEMMs: each chunk's offsets, and beta = 1 after the first chunk
     (convolutions as patch matrices: the path of layouts no implicit GEMM takes)."""
-    import kerasjit.backends.gpu as gpu
     from kerasjit.kernels import conv_gemm
-    from kerasjit.kernels.lower import lower
-    monkeypatch.setattr(gpu, "lowered", lambda module, donate=None: lower(module, donate))
+    monkeypatch.setattr(backend, "implicit_gemm", False)
     monkeypatch.setattr(conv_gemm, "PATCH_BUDGET_BYTES", 2048)
     executable = check_against_evaluator(backend, *DOT_CONV_POOL["conv_valid_stride2"])
     chunks = {launch[-1] for launch in executable._launches if launch[0] == "gemm"}
