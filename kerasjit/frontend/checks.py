@@ -1,7 +1,7 @@
 """The input checks TensorFlow's kernels make, made by the compiled step too.
 
-TensorFlow's CPU kernels reject an index or label out of range, variables
-unchanged; the HLO of the same ops computes on (a NaN loss, a clamped gather),
+TensorFlow's CPU kernels reject an index or label out of range (or an
+integer raised to a negative power), variables unchanged; the HLO of the same ops computes on (a NaN loss, a clamped gather),
 and XLA drops Assert ops. So the step also computes whether every such input
 is in range and every assertion holds, and each variable update becomes
 select(ok, new, old): a failing step leaves the variables as they were and is
@@ -62,8 +62,14 @@ def _segment_range(fg, n):
     return n.input[1], None if count is None else [int(count)], False
 
 
+def _integer_exponent(fg, n):
+    spec = fg.specs.get(tensor_name(n.input[1]))
+    return n.input[1], () if spec is not None and spec.dtype.is_integer else None, True
+
+
 # op -> fn(fg, node) -> (index tensor, bounds per its last dim or one for all
-# (None: not known before run time, no check), whether negatives are errors)
+# (None: not known before run time, no check; (): no upper bound), whether
+# negatives are errors)
 _CHECKED = {
     "SparseSoftmaxCrossEntropyWithLogits": _label_range,
     "GatherV2": _gather_range,
@@ -74,23 +80,27 @@ _CHECKED = {
                                        "TensorScatterMin")},
     **{op: _segment_range for op in ("UnsortedSegmentSum", "UnsortedSegmentMax",
                                      "UnsortedSegmentMin", "UnsortedSegmentProd")},
+    "Pow": _integer_exponent,
 }
 
 
 def _in_range(fg, index, bounds, negatives_fail, name):
     """Nodes computing whether every element of `index` is within `bounds`
-    (their specs added to fg's); the last one holds the verdict."""
+    (None: no upper bound; their specs added to fg's); the last one holds the
+    verdict."""
     spec = fg.specs[tensor_name(index)]
     dtype, shape = spec.dtype, spec.shape
     b = Builder(name, fg.specs)
-    within = b.op("below", "Less", [index, b.const("bounds", np.asarray(bounds,
-                                                                        dtype.as_numpy_dtype))],
-                  shape, tf.bool, T=dtype)
+    tests = []
+    if bounds is not None:
+        tests.append(b.op("below", "Less", [index, b.const(
+            "bounds", np.asarray(bounds, dtype.as_numpy_dtype))], shape, tf.bool, T=dtype))
     if negatives_fail:
         zero = b.const("zero", np.zeros((), dtype.as_numpy_dtype))
-        not_negative = b.op("not_negative", "GreaterEqual", [index, zero], shape, tf.bool,
-                            T=dtype)
-        within = b.op("within", "LogicalAnd", [within, not_negative], shape, tf.bool)
+        tests.append(b.op("not_negative", "GreaterEqual", [index, zero], shape, tf.bool,
+                          T=dtype))
+    within = tests[0] if len(tests) == 1 else \
+        b.op("within", "LogicalAnd", tests, shape, tf.bool)
     flat = b.op("all_flat", "Reshape", [within, b.const("flat", np.array([-1], np.int32))],
                 [shape.num_elements()], tf.bool, T=tf.bool, Tshape=tf.int32)
     verdict = b.op("ok", "All", [flat, b.const("axis", np.int32(0))], [], tf.bool,
@@ -129,8 +139,8 @@ def add_input_checks(fg, asserted=()):
         if bounds is None or any(b is None for b in bounds) \
                 or tensor_name(index) not in fg.specs:
             continue
-        made += _in_range(fg, index, bounds if len(bounds) > 1 else bounds[0],
-                          negatives_fail, f"{_NAME}/{len(verdicts)}")
+        upper = bounds if len(bounds) > 1 else bounds[0] if bounds else None
+        made += _in_range(fg, index, upper, negatives_fail, f"{_NAME}/{len(verdicts)}")
         verdicts.append(made[-1].name)
     if not verdicts:
         return fg

@@ -113,6 +113,15 @@ def test_jit_raises_tensorflow_error_for_an_out_of_range_gather():
         gather(params, np.array([3, 4]))
 
 
+def test_an_integer_power_compiles_and_a_negative_exponent_raises_as_in_tensorflow():
+    fn = lambda x, n: tf.pow(x, n) * 3   # noqa: E731
+    x, n = np.array([2, -3, 5, 1, 0], np.int32), np.array([10, 3, 0, 7, 4], np.int32)
+    assert kerasjit.explain(fn, x, n).clusters[0].kind == "compiled"
+    np.testing.assert_array_equal(kerasjit.jit(fn)(x, n), fn(x, n).numpy())
+    with pytest.raises(tf.errors.InvalidArgumentError, match="negative integer powers"):
+        kerasjit.jit(fn)(x, np.array([1, 1, -1, 1, 1], np.int32))
+
+
 @pytest.mark.parametrize("entry", ["fit", "evaluate"])
 def test_no_samples_give_keras_results_and_warning(entry):
     results = []

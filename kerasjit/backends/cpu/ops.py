@@ -304,6 +304,25 @@ def _clamp(s, lo, x, hi):
     return s.b.select(s.em.compare(s.b, "GT", t, x, hi), hi, x)
 
 
+def _int_power(s, x, n):
+    """x^n wrapping, by squaring over every bit of n; a negative n gives 1/x
+    truncated: 1 for 1, +-1 for -1 (by n's parity), else 0."""
+    b, one, zero = s.b, s.one(x), s.zero(x)
+    signed = is_signed(s.dtype)
+    e = b.select(b.icmp_signed("<", n, zero), zero, n) if signed else n
+    result, base = one, x
+    for _ in range(x.type.width - signed):
+        result = b.select(b.trunc(e, ir.IntType(1)), b.mul(result, base), result)
+        base, e = b.mul(base, base), b.lshr(e, one)
+    if not signed:
+        return result
+    minus_one = ir.Constant(x.type, -1)
+    reciprocal = b.select(b.icmp_signed("==", x, one), one, b.select(
+        b.icmp_signed("==", x, minus_one),
+        b.select(b.trunc(n, ir.IntType(1)), minus_one, one), zero))
+    return b.select(b.icmp_signed("<", n, zero), reciprocal, result)
+
+
 def _divide(s, x, y):
     return s.em.divide(s.b, s.opcode, is_signed(s.dtype), x, y)
 
@@ -317,7 +336,7 @@ RULES = {
     "remainder": Rule(_builder("frem"), _divide),
     "maximum": Rule(_intrinsic("llvm.maximum"), _select_by(">")),
     "minimum": Rule(_intrinsic("llvm.minimum"), _select_by("<")),
-    "power": Rule(float=_intrinsic("llvm.pow")),
+    "power": Rule(_intrinsic("llvm.pow"), _int_power),
     "atan2": Rule(float=_libm("atan2")),
     "and": Rule(int=_builder("and_")),
     "or": Rule(int=_builder("or_")),
@@ -361,5 +380,4 @@ RULES = {
 }
 # Left to TensorFlow, by opcode and type class: complex numbers, precision
 # emulation, integer powers.
-FALLBACK = {"real": COMPLEX, "imag": COMPLEX, "complex": COMPLEX, "reduce-precision": FLOAT,
-            "power": INT}
+FALLBACK = {"real": COMPLEX, "imag": COMPLEX, "complex": COMPLEX, "reduce-precision": FLOAT}

@@ -79,6 +79,18 @@ template <typename T> __device__ __forceinline__ T kj_rem(T x, T y) {
     return (T)(x % y);
 }
 
+// x^n wrapping, by squaring; a negative n gives 1/x truncated (1, +-1 or 0).
+template <typename T> __device__ __forceinline__ T kj_pow(T x, T n) {
+    typedef typename kj_int<T>::u U;
+    if (n < 0) return x == 1 ? (T)1 : x == (T)~(T)0 ? ((n & 1) ? x : (T)1) : (T)0;
+    T result = 1;
+    for (U e = (U)n; e != 0; e >>= 1) {
+        if (e & 1) result = kj_mul(result, x);
+        x = kj_mul(x, x);
+    }
+    return result;
+}
+
 // Shift amounts are compared unsigned: negative ones are past the width too.
 template <typename T> __device__ __forceinline__ T kj_shl(T x, T n) {
     typedef typename kj_int<T>::u U;
@@ -258,7 +270,7 @@ RULES = {
     "remainder": Rule(_call("fmod"), _helper("kj_rem")),
     "maximum": any_type(_helper("kj_max")),
     "minimum": any_type(_helper("kj_min")),
-    "power": Rule(float=_call("pow")),
+    "power": Rule(_call("pow"), _helper("kj_pow")),
     "atan2": Rule(float=_call("atan2")),
     "and": Rule(int=_bitwise("&")),
     "or": Rule(int=_bitwise("|")),
@@ -300,8 +312,7 @@ RULES = {
 }
 # Left to TensorFlow, by opcode and type class: complex numbers, precision
 # emulation, integer powers.
-FALLBACK = {"real": COMPLEX, "imag": COMPLEX, "complex": COMPLEX, "reduce-precision": FLOAT,
-            "power": INT}
+FALLBACK = {"real": COMPLEX, "imag": COMPLEX, "complex": COMPLEX, "reduce-precision": FLOAT}
 
 
 def _convert(x, src, dst):
