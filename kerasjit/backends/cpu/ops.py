@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ...errors import Unsupported
-from ...hlo.opcodes import COMPLEX, FLOAT, INT
+from ...hlo.opcodes import COMPLEX, FLOAT
 from ..rules import Rule, any_type, rule_for
 from .llvm_types import I32, bits, is_float, is_signed, register_type
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from ...hlo.shape import DTYPES
 from ...errors import Unsupported
-from ...hlo.opcodes import COMPLEX, FLOAT, INT
+from ...hlo.opcodes import COMPLEX, FLOAT
 from ..rules import Rule, any_type, rule_for
 
 CTYPE = {"pred": "bool", "s8": "s8", "u8": "u8", "s16": "s16", "u16": "u16", "s32": "s32",
