@@ -28,23 +28,23 @@ from .kernels.verifier import verify_kernels
 from .passes import optimize_as_configured
 
 
-def kernel_passes(donate=None, implicit_gemm=False):
-    """The kernel-IR passes after lowering, in order. donate: {parameter index:
-    output index} whose memory the caller gives up."""
+def kernel_passes(target, donate=None):
+    """The kernel-IR passes after lowering for `target`, in order. donate:
+    {parameter index: output index} whose memory the caller gives up."""
     return [functools.partial(alias_donated, donate=donate),    # updates written in place
-            *([fuse_epilogues] if implicit_gemm else []),     # bias/activation into the GEMM
+            *([fuse_epilogues] if target.implicit_gemm else []),   # bias/activation into GEMMs
             assign_storage,                                    # temporaries share memory
             collapse_loops]                                    # flat loops where dims only address
 
 
-def lower(module, donate=None, implicit_gemm=False, verify=None):
-    """The KernelProgram a backend builds of optimised `module`: lowered, then
-    the kernel passes. verify: the kernel-IR verifier after lowering and each
-    pass (default: with KERASJIT_DEBUG=1)."""
+def lower(module, target, donate=None, verify=None):
+    """The KernelProgram a backend with `target` (kernels/target.py) builds of
+    optimised `module`: lowered, then the kernel passes. verify: the kernel-IR
+    verifier after lowering and each pass (default: with KERASJIT_DEBUG=1)."""
     if verify is None:
         verify = bool(os.environ.get("KERASJIT_DEBUG"))
-    program = lower_module(module, implicit_gemm)
-    for kernel_pass in [None, *kernel_passes(donate, implicit_gemm)]:
+    program = lower_module(module, target)
+    for kernel_pass in [None, *kernel_passes(target, donate)]:
         if kernel_pass is not None:
             program = kernel_pass(program)
         if verify:
@@ -83,7 +83,7 @@ class Backend(abc.ABC):
     name = None
     races_tensorflow = False    # whether a compiled cluster must beat TensorFlow's (race.py)
     fallback = None             # the backend a cluster its device compiler rejects runs on
-    implicit_gemm = True        # convolutions as ImplicitGemm steps (else patches + GEMM)
+    target = None               # what lowering asks of it (kernels/target.py)
 
     def compile(self, module, donate=None):
         """`module` optimised in place and built. donate: {parameter index:
@@ -104,7 +104,7 @@ class Backend(abc.ABC):
         executable = self.cached(key)
         if executable is None:
             with _collector_paused():
-                program = lower(module, donate, self.implicit_gemm)
+                program = lower(module, self.target, donate)
                 checkpoint()
                 executable = self.build(program, key)
         return executable

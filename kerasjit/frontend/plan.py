@@ -31,10 +31,12 @@ _RACED_OPS = ("Conv", "DepthwiseConv", "BatchMatMul", "Einsum", "MaxPool", "AvgP
 _LOOP_NEST_OPS = {"convolution", "reduce-window", "select-and-scatter", "sort"}
 
 
-def _tensorflow_may_win(module):
-    """Whether compiled `module` holds a loop nest where TensorFlow has a library
-    kernel: a convolution, pooling, a scan, a sort, or a dot that is no GEMM."""
-    return any(inst.opcode in _LOOP_NEST_OPS or inst.opcode == "dot" and dot_layout(inst) is None
+def _tensorflow_may_win(module, target):
+    """Whether `module` compiled for `target` holds a loop nest where TensorFlow
+    has a library kernel: a convolution, pooling, a scan, a sort, or a dot that
+    is no GEMM."""
+    return any(inst.opcode in _LOOP_NEST_OPS or inst.opcode == "dot"
+               and dot_layout(inst, target.min_batched_product) is None
                for comp in module.computations for inst in comp.instructions)
 
 
@@ -185,7 +187,8 @@ class Planner:
             try:
                 run.specializer.compile(tuple((tuple(s.shape), np.dtype(s.dtype.as_numpy_dtype))
                                               for s in specs))
-                if run.race and not _tensorflow_may_win(run.specializer.module):
+                if run.race and not _tensorflow_may_win(run.specializer.module,
+                                                          self.backend.target):
                     run.race = None       # (its batched matmuls all became GEMMs)
             except bridge.BridgeRejected as e:
                 named = [n for n in e.nodes if n in self.by_name]

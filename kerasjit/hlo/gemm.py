@@ -11,12 +11,6 @@ from dataclasses import dataclass
 
 from .shape import row_major_strides
 
-# Batched products smaller than this (M*N*K), or with a side of 1 (matrix x
-# vector), stay loop kernels: a BLAS call per batch index costs as much as they
-# do (reports/tuning-measurements.md).
-MIN_BATCHED_PRODUCT = 1024
-
-
 @dataclass(frozen=True)
 class GemmLayout:
     """C[M,N] = op(A) @ op(B) once per batch index: A [M, K] unless
@@ -73,9 +67,10 @@ def _merged_levels(levels):
     return tuple(merged)
 
 
-def gemm_layout(lhs_dims, rhs_dims, attrs):
+def gemm_layout(lhs_dims, rhs_dims, attrs, min_batched_product=0):
     """The GemmLayout of a dot of operands of these dims (attrs: its dimension
-    numbers) read in place, or None."""
+    numbers) read in place, or None (also for a batched product smaller than
+    min_batched_product, M*N*K, or with a side of 1)."""
     lhs_batch, rhs_batch = attrs.get("lhs_batch_dims", []), attrs.get("rhs_batch_dims", [])
     lhs_k, rhs_k = attrs["lhs_contracting_dims"], attrs["rhs_contracting_dims"]
     if 0 in lhs_dims or 0 in rhs_dims:
@@ -100,7 +95,7 @@ def gemm_layout(lhs_dims, rhs_dims, attrs):
     batch = _merged_levels([(lhs_dims[ld], lhs_strides[ld], rhs_strides[rd], out_strides[i])
                             for i, (ld, rd) in enumerate(zip(lhs_batch, rhs_batch))
                             if lhs_dims[ld] != 1])
-    if batch and (m[0] * n[0] * k_lhs[0] < MIN_BATCHED_PRODUCT or min(m[0], n[0]) == 1):
+    if batch and (m[0] * n[0] * k_lhs[0] < min_batched_product or min(m[0], n[0]) == 1):
         return None
     # GemmCall's A is [M, K] unless transposed, its B [K, N] unless transposed.
     lhs_transposed, rhs_transposed = not a[0], b[0]
@@ -111,10 +106,11 @@ def gemm_layout(lhs_dims, rhs_dims, attrs):
                       ldb=0 if b[1] == max(packed_b, 1) else b[1], batch=batch)
 
 
-def dot_layout(inst):
+def dot_layout(inst, min_batched_product):
     """The GemmLayout of HLO dot `inst` if it is an f32 product BLAS reads in
-    place, else None (a loop kernel computes it)."""
+    place and worth a BLAS call per batch index, else None (a loop kernel
+    computes it)."""
     if inst.opcode != "dot" or any(v.shape.dtype != "f32" for v in (inst, *inst.operands)):
         return None
     lhs, rhs = inst.operands
-    return gemm_layout(lhs.shape.dims, rhs.shape.dims, inst.attrs)
+    return gemm_layout(lhs.shape.dims, rhs.shape.dims, inst.attrs, min_batched_product)

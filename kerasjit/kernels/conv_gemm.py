@@ -12,11 +12,6 @@ import numpy as np
 from . import indexing as ix
 from .ir import S64, ChunkIndex, ChunkLoop, Const, GemmCall, Index, Load, LoopKernel, Op
 
-# Few large sgemm calls, not cache-sized ones: each call synchronises OpenBLAS's
-# threads, which stalls badly under CPU contention (reports/tuning-measurements.md).
-PATCH_BUDGET_BYTES = 64 << 20
-
-
 def window_positions(index, window, in_dims, window_index, reverse=True):
     """Operand positions for output `index` and window offsets `window_index`,
     with a validity predicate (None when always valid)."""
@@ -40,10 +35,10 @@ def _kernel(name, dims, bid, value):
     return LoopKernel(name, tuple(dims), [(bid, value)], [name])
 
 
-def _slice_rows(total, row_bytes):
+def _slice_rows(total, row_bytes, budget):
     """Rows per slice: the largest divisor of `total` (slices tile it exactly)
-    whose patch block fits the budget, so sgemm reads it while still in cache."""
-    target = max(1, min(total, PATCH_BUDGET_BYTES // max(row_bytes, 1)))
+    whose patch block fits the budget."""
+    target = max(1, min(total, budget // max(row_bytes, 1)))
     return next(rows for rows in range(target, 0, -1) if total % rows == 0)
 
 
@@ -81,7 +76,7 @@ def conv_as_gemm(lw, inst, role):
     # the filter gradient's long contraction over batch and image wants).
     along_k = k_total > m_total
     sliced_total, other_total = (k_total, m_total) if along_k else (m_total, k_total)
-    per_chunk = _slice_rows(sliced_total, other_total * 4)
+    per_chunk = _slice_rows(sliced_total, other_total * 4, lw.target.patch_budget_bytes)
 
     lhs_id, rhs_id = lw.materialized(lhs), lw.materialized(rhs)
     # Weights as [K, f]; window reversal is applied here.

@@ -34,19 +34,18 @@ class _NotInKernel(Exception):
     needed at another index, or a buffer is written only at or after it)."""
 
 
-def lower_module(module, implicit_gemm=False):
-    """The KernelProgram of `module`, before the kernel-IR passes (compiler.py
-    runs them); implicit_gemm: the backend runs ImplicitGemm steps, which
-    convolutions then become (else patches + GEMM)."""
-    return _Lowering(module.entry, implicit_gemm).run()
+def lower_module(module, target):
+    """The KernelProgram of `module` for a backend's `target` (target.py),
+    before the kernel-IR passes (compiler.py runs them)."""
+    return _Lowering(module.entry, target).run()
 
 
 class _Lowering:
-    def __init__(self, comp, implicit_gemm=False, parent=None):
+    def __init__(self, comp, target, parent=None):
         """A lowering of computation `comp`; one of a called computation (a loop's
         body) shares its `parent`'s buffers."""
         self.comp = comp
-        self.implicit_gemm = implicit_gemm
+        self.target = target
         self.order = self.comp.post_order()
         self.users = {i: [] for i in self.order}
         for inst in self.order:
@@ -108,7 +107,7 @@ class _Lowering:
         return self.steps, [r if isinstance(r, int) else self.materialized(r) for r in results]
 
     def lower_called(self, comp, bound):
-        called = _Lowering(comp, self.implicit_gemm, parent=self)
+        called = _Lowering(comp, self.target, parent=self)
         steps, results = called.run_called([bound])
         self.decisions += called.decisions
         return steps, results
@@ -156,7 +155,7 @@ class _Lowering:
                     else self.materialized(element)
                 return
         if inst.opcode == "convolution" and (
-                self.implicit_gemm and conv_as_implicit_gemm(self, inst, role)
+                self.target.implicit_gemm and conv_as_implicit_gemm(self, inst, role)
                 or conv_as_gemm(self, inst, role)):
             return
         if inst.opcode == "scatter":
@@ -353,7 +352,7 @@ class _Lowering:
 
     def _gemm(self, inst):
         """A GemmCall for an f32 dot whose operands read as matrices in place, else None."""
-        layout = dot_layout(inst)
+        layout = dot_layout(inst, self.target.min_batched_product)
         if layout is None:
             return None
         # (sgemm reads buffers: its operands are materialised)

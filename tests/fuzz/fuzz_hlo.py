@@ -1135,6 +1135,7 @@ class GpuHostBackend:
 
     def run(self, cases):
         from tests.support.cuda_host import HostDevice
+        from kerasjit.backends.gpu import GpuBackend
         from kerasjit.compiler import lower
         from kerasjit.backends.gpu.cuda_ops import PRELUDE
         from kerasjit.backends.gpu.cuda_render import kernel_names, render_program
@@ -1145,7 +1146,7 @@ class GpuHostBackend:
             try:
                 module = parse_module(text)
                 optimize(module)
-                program = lower(module, implicit_gemm=True)
+                program = lower(module, GpuBackend.target)
                 sources[i] = (program, [s for _, s in render_program(program, f"p{i}")[1]])
             except Exception as e:
                 results[i] = e

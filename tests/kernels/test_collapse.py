@@ -10,6 +10,7 @@ from kerasjit.compiler import lower
 from tests.support.cpu_check import check
 from tests.support.hlo_args import random_args
 from tests.support.hlo_text import hlo
+from tests.support.targets import PATCHES
 
 
 def collapsed_dims(text):
@@ -17,7 +18,7 @@ def collapsed_dims(text):
     checking the compiled module against the evaluator."""
     module = parse_module(text)
     check(module, random_args(module))
-    kernel, = [s for s in lower(module).steps if isinstance(s, LoopKernel)]
+    kernel, = [s for s in lower(module, PATCHES).steps if isinstance(s, LoopKernel)]
     return kernel.dims
 
 
@@ -79,5 +80,5 @@ def test_a_unit_dim_broadcast_by_skipping_its_index_keeps_the_dims():
   %row = f32[1,10] parameter(1)
   %b = f32[7,10] broadcast(%row), dimensions={0,1}
   ROOT %y = f32[7,10] add(%x, %b)"""))
-    kernel, = [s for s in lower(module).steps if isinstance(s, LoopKernel)]
+    kernel, = [s for s in lower(module, PATCHES).steps if isinstance(s, LoopKernel)]
     assert kernel.dims == (7, 10)

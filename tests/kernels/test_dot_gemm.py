@@ -4,6 +4,7 @@ narrow kernels and as sgemm calls), against the evaluator; the GPU device's
 cuBLAS calls for them, on a host stand-in for cuBLAS; and which arrangements
 are read in place."""
 import ctypes
+import dataclasses
 import os
 from types import SimpleNamespace
 from unittest import mock
@@ -17,9 +18,9 @@ from kerasjit.backends.cpu import CpuBackend, narrow_gemm
 from kerasjit.backends.gpu.device import CupyDevice
 from kerasjit.hlo import parse_module
 from kerasjit.hlo.evaluator import evaluate
-from kerasjit.hlo import gemm
 
 from tests.support.gemm import gemm_call
+from tests.support.targets import CPU
 
 
 def _shape(dims):
@@ -79,10 +80,11 @@ def test_any_dot_matches_evaluator(narrow, dot, seed):
             rng.standard_normal(rhs).astype(np.float32)]
     module = _module(lhs, rhs, attrs, out)
     want = evaluate(module, args)
-    with mock.patch.object(gemm, "MIN_BATCHED_PRODUCT", 0), \
-            mock.patch.object(narrow_gemm, "NARROW", narrow_gemm.NARROW if narrow else 0), \
+    backend = CpuBackend()
+    backend.target = dataclasses.replace(backend.target, min_batched_product=0)
+    with mock.patch.object(narrow_gemm, "NARROW", narrow_gemm.NARROW if narrow else 0), \
             mock.patch.dict(os.environ, {"KERASJIT_CACHE_DIR": ""}):
-        got = CpuBackend().compile(module)(args)[0]
+        got = backend.compile(module)(args)[0]
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
@@ -121,8 +123,7 @@ def _on_device(array):
 @given(dots(), st.integers(0, 2**32 - 1))
 def test_gpu_cublas_calls_compute_the_dot(dot, seed):
     lhs, rhs, attrs, out = dot
-    with mock.patch.object(gemm, "MIN_BATCHED_PRODUCT", 0):
-        call = gemm_call(lhs, rhs, attrs)
+    call = gemm_call(lhs, rhs, attrs)
     if call is None:            # (a layout BLAS cannot read: the loop kernel's)
         return
     rng = np.random.default_rng(seed)
@@ -154,10 +155,11 @@ def test_small_batched_products_stay_loops():
     matrix x vector: those stay loop kernels (unbatched ones need no calls)."""
     attrs = {"lhs_batch_dims": [0], "rhs_batch_dims": [0],
              "lhs_contracting_dims": [2], "rhs_contracting_dims": [1]}
-    assert gemm_call([4096, 4, 4], [4096, 4, 4], attrs) is None
+    least = CPU.min_batched_product
+    assert gemm_call([4096, 4, 4], [4096, 4, 4], attrs, least) is None
     assert gemm_call([1024, 1, 64], [1024, 64, 40], attrs) is None
-    assert gemm_call([64, 32, 32], [64, 32, 32], attrs) is not None
-    assert gemm_call([1, 4, 4], [1, 4, 4], attrs) is not None   # no batch left
+    assert gemm_call([64, 32, 32], [64, 32, 32], attrs, least) is not None
+    assert gemm_call([1, 4, 4], [1, 4, 4], attrs, least) is not None   # no batch left
 
 
 def test_batch_levels_laid_out_together_are_one():

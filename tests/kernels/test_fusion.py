@@ -19,6 +19,7 @@ from kerasjit.kernels.verifier import verify_kernels
 from tests.support.cpu_check import check
 from tests.support.dtype_values import values
 from tests.support.hlo_text import SUM, hlo
+from tests.support.targets import PATCHES
 
 
 def kernel_of(program, name):
@@ -34,7 +35,7 @@ def compiled_and_lowered(module, args, **tolerance):
     """Check the CPU backend against the evaluator, then lower the module as it
     was compiled (the backend optimises it in place; executables keep no steps)."""
     check(module, args, **tolerance)
-    program = lower(module)
+    program = lower(module, PATCHES)
     verify_kernels(program)
     return program
 
@@ -54,7 +55,7 @@ def mlp_module():
 
 def test_adam_updates_of_each_weight_matrix_are_one_loop(mlp_module):
     module, executable = mlp_module
-    program = lower(module)
+    program = lower(module, PATCHES)
     assert len(program.buffers) == len(executable.program.buffers)   # the program it runs
     verify_kernels(program)
     for dims in [(784, 256), (256, 10)]:
@@ -224,6 +225,6 @@ ENTRY %e (x: f32[64], b: f32[]) -> (f32[64], f32[64]) {
   ROOT %t = (f32[64], f32[64]) tuple(f32[64] %s, f32[64] %m)
 }
 """)
-    decisions = {(d.producer, d.consumer): d.reason for d in lower(module).decisions}
+    decisions = {(d.producer, d.consumer): d.reason for d in lower(module, PATCHES).decisions}
     assert decisions[("e", "s")] == decisions[("e", "m")] == "2 users would each recompute it"
     assert decisions[("n", "s")] == decisions[("n", "m")] == "fused"     # (negate: free)

@@ -6,10 +6,11 @@ from kerasjit.kernels.ir import LoopKernel, ScatterKernel, WhileLoop, leaf_steps
 from kerasjit.compiler import lower
 from kerasjit.passes import optimize
 from tests.support.loop_text import LIST_LOOP, NESTED
+from tests.support.targets import PATCHES
 
 
 def _program(text):
-    return lower(optimize(parse_module(text)), verify=True)
+    return lower(optimize(parse_module(text)), PATCHES, verify=True)
 
 
 def test_list_loop_is_one_while_step_writing_its_list_in_place():

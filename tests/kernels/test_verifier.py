@@ -11,6 +11,7 @@ from kerasjit.passes import optimize
 
 from tests.support.bridge import bridge
 from tests.support.structured_cases import DOT_CONV_POOL, LOOP_ONLY
+from tests.support.targets import CPU, PATCHES
 
 
 def _program(*steps, outputs=(2,), storage=None):
@@ -54,7 +55,7 @@ ENTRY %e (w: f32[8,4], g: f32[8,4]) -> f32[8,4] {
   ROOT %n = f32[8,4] subtract(f32[8,4] %w, f32[8,4] %s)
 }
 """)
-    program = lower(module, {0: 0}, verify=True)
+    program = lower(module, PATCHES, {0: 0}, verify=True)
     assert program.aliases == {0: 0}
 
 
@@ -64,4 +65,4 @@ def test_every_lowered_case_verifies_after_each_pass(name, implicit_gemm):
     fn, args = {**LOOP_ONLY, **DOT_CONV_POOL}[name]
     module = bridge(fn, *args)
     optimize(module)
-    lower(module, implicit_gemm=implicit_gemm, verify=True)
+    lower(module, CPU if implicit_gemm else PATCHES, verify=True)

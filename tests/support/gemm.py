@@ -5,7 +5,7 @@ from kerasjit.hlo.gemm import gemm_layout
 from kerasjit.kernels.ir import GemmCall
 
 
-def gemm_call(lhs_dims, rhs_dims, attrs):
+def gemm_call(lhs_dims, rhs_dims, attrs, min_batched_product=0):
     """The GemmCall (buffers unset) of a dot of operands of these dims, or None."""
-    layout = gemm_layout(lhs_dims, rhs_dims, attrs)
+    layout = gemm_layout(lhs_dims, rhs_dims, attrs, min_batched_product)
     return layout and GemmCall("d", None, None, None, **dataclasses.asdict(layout))

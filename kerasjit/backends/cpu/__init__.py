@@ -10,6 +10,7 @@ import threading
 from ...cancel import checkpoint
 from ...compiler import Backend
 from ...kernels.ir import LoopKernel, leaf_steps
+from ...kernels.target import Target
 from . import cache, engine, parallel, profile, workers
 from .blas import register_blas_symbols
 from .codegen import long_running, render_program
@@ -77,6 +78,11 @@ def _record(program, name, blas_threads_local, timed):
 class CpuBackend(Backend):
     name = "cpu"
     races_tensorflow = True     # a compiled cluster keeps its place only if faster (race.py)
+    # Batched products under 1024 (M*N*K) cost an sgemm call per batch index as
+    # much as a loop; a patch matrix goes to sgemm in few large calls, since each
+    # call synchronises OpenBLAS's threads, which stalls under CPU contention
+    # (reports/tuning-measurements.md).
+    target = Target(implicit_gemm=True, min_batched_product=1024, patch_budget_bytes=64 << 20)
 
     def __init__(self):
         self.loaded = {}    # cache key -> (record, entry address) linked into this process
@@ -84,7 +90,7 @@ class CpuBackend(Backend):
     def cache_key(self, module, donate):
         """The module's code, this host and how its sgemm and timing run."""
         host = (f"{engine.host_description()} blas-threads-local:{register_blas_symbols()}"
-                f"{' kernel-profile' if profile.enabled() else ''}")
+                f"{' kernel-profile' if profile.enabled() else ''} {self.target}")
         return cache.cache_key(module, host, donate)
 
     def cached(self, key):

@@ -7,6 +7,7 @@ only when a GPU is asked for (backend="gpu", or "auto" with CuPy installed).
 """
 from ...compiler import Backend
 from ...errors import DeviceCompilerError
+from ...kernels.target import Target
 from .cuda_render import kernel_names, render_program
 from .device import GpuUnavailable, open_device
 from .executable import GpuExecutable
@@ -17,6 +18,8 @@ __all__ = ["GpuBackend", "GpuUnavailable", "open_backend"]
 class GpuBackend(Backend):
     name = "gpu"
     races_tensorflow = False    # TensorFlow's own GPU kernels are not raced (yet)
+    # (The CPU's thresholds: not measured with cuBLAS yet.)
+    target = Target(implicit_gemm=True, min_batched_product=1024, patch_budget_bytes=64 << 20)
 
     def __init__(self, device):
         self.device = device

@@ -6,6 +6,8 @@ inputs: elementwise opcodes from the opcode table over hand-written HLO
 and the structured ops (dot, convolution and its gradients, pooling and its
 gradient, reductions, indexing) over the HLO TensorFlow's bridge emits.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -145,11 +147,11 @@ def test_convolutions_built_in_many_slices(name, monkeypatch, no_compile_cache):
     """A tiny patch budget forces every conv (forward: row slices; filter gradient:
     column slices that accumulate) through its ChunkLoop many times."""
     from kerasjit.backends.cpu import CpuBackend
-    from kerasjit.kernels import conv_gemm
-    monkeypatch.setattr(conv_gemm, "PATCH_BUDGET_BYTES", 2048)
+    backend = CpuBackend()
+    backend.target = dataclasses.replace(backend.target, patch_budget_bytes=2048)
     fn, args = STRUCTURED[name]
     module = bridge(fn, *args)
-    got = CpuBackend().compile(module)([np.asarray(a) for a in args])
+    got = backend.compile(module)([np.asarray(a) for a in args])
     want = evaluate(module, [np.asarray(a) for a in args])
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)

@@ -25,6 +25,7 @@ from tests.support import cpu_check
 from tests.support.bridge import bridge
 from tests.support.cpu_check import check
 from tests.support.structured_cases import REVERSED_WINDOW, conv_and_grads, rand
+from tests.support.targets import CPU
 
 CASES = {
     # 80 features: a block of four vectors and one of a single, masked one;
@@ -41,7 +42,7 @@ CASES = {
 def implicit_steps(fn, args):
     module = bridge(fn, *args)
     optimize_as_configured(module)
-    return [s for s in leaf_steps(lower(module, implicit_gemm=True).steps)
+    return [s for s in leaf_steps(lower(module, CPU).steps)
             if isinstance(s, (ImplicitGemm, GemmCall))]
 
 
@@ -104,7 +105,7 @@ def test_bias_and_activation_run_as_the_convolutions_epilogue(name):
     fn, args, activation = EPILOGUES[name]
     module = bridge(fn, *args)
     optimize_as_configured(module)
-    program = lower(module, implicit_gemm=True)
+    program = lower(module, CPU)
     # The forward convolution stores the activation's output (its gradients, the
     # reshapes that follow them, which are epilogues too).
     assert any(isinstance(s, ImplicitGemm) and s.epilogue is not None
@@ -154,7 +155,7 @@ def test_a_consumer_whose_last_dim_is_not_the_features_is_no_epilogue(fn, args):
 
 def test_a_reversed_window_walks_the_weights_backwards():
     text, args = REVERSED_WINDOW
-    gemm, = [s for s in lower(parse_module(text), implicit_gemm=True).steps
+    gemm, = [s for s in lower(parse_module(text), CPU).steps
              if isinstance(s, ImplicitGemm)]
     assert gemm.b_offset > 0
     check(parse_module(text), list(args), rtol=1e-5, atol=1e-5)
@@ -167,7 +168,7 @@ def test_the_contraction_loops_are_left_unrolled_by_llvm():
     fn, args = CASES["same_padding"]
     module = bridge(fn, *args)
     optimize_as_configured(module)
-    text, _, _ = render_program(lower(module, implicit_gemm=True))
+    text, _, _ = render_program(lower(module, CPU))
     nodes = re.findall(r"^(!\d+) = distinct !\{ (!\d+), (!\d+) \}$", text, flags=re.M)
     assert nodes and all(node == first for node, first, _ in nodes)
     disabled = {m for m in re.findall(r'^(!\d+) = !\{ !"llvm.loop.unroll.disable" \}$',

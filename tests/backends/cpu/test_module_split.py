@@ -13,6 +13,7 @@ from kerasjit.backends.cpu.module_split import split_module, top_level
 from kerasjit.frontend.bridge import hlo_module
 from kerasjit.compiler import lower
 from kerasjit.passes import optimize
+from tests.support.targets import CPU
 
 
 def fn(x, k, w):
@@ -31,7 +32,7 @@ EXPECTED = [t.numpy() for t in fn(*ARGS)]
 
 
 def _module_text(timed=False):
-    program = lower(optimize(hlo_module(fn, *ARGS)), implicit_gemm=True)
+    program = lower(optimize(hlo_module(fn, *ARGS)), CPU)
     text, _, _ = render_program(program, "split_case", lanes=engine.vector_lanes(),
                                 x86=engine.is_x86(), timed=timed)
     return text

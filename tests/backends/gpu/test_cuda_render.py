@@ -9,6 +9,7 @@ ops whose kernels are not GEMMs (dots and depthwise convolution as
 reductions, convolutions as implicit GEMMs with and without epilogues,
 select-and-scatter, variadic reductions, Philox bits).
 """
+import dataclasses
 import functools
 import math
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 import tensorflow as tf
 
 from kerasjit import workloads
+from kerasjit.backends.gpu import GpuBackend
 from kerasjit.backends.gpu.cuda_ops import PRELUDE
 from kerasjit.backends.gpu.cuda_render import kernel_names, render_program
 from kerasjit.backends.gpu.executable import GpuExecutable
@@ -46,7 +48,7 @@ def program_of(module, implicit_gemm=True):
     """`module` lowered as the GPU backend lowers it (or with convolutions as
     patch matrices and GEMMs in ChunkLoops, the path of other layouts)."""
     optimize(module)
-    return lower(module, implicit_gemm=implicit_gemm)
+    return lower(module, dataclasses.replace(GpuBackend.target, implicit_gemm=implicit_gemm))
 
 
 # ------------------------------------------------------------------ compile

@@ -6,6 +6,7 @@ real one through CuPy (NVRTC, cuBLAS, CUDA graphs, pinned uploads): those
 tests are marked `gpu` and skipped where no GPU can be used, unless
 KERASJIT_REQUIRE_GPU=1 (examples/gpu_check.py sets it) makes that a failure.
 """
+import dataclasses
 import importlib.util
 import os
 import subprocess
@@ -71,9 +72,8 @@ def test_structured_ops_match_evaluator(backend, name):
 def test_convolutions_in_many_chunks(backend, monkeypatch):
     """Chunked GEMMs: each chunk's offsets, and beta = 1 after the first chunk
     (convolutions as patch matrices: the path of layouts no implicit GEMM takes)."""
-    from kerasjit.kernels import conv_gemm
-    monkeypatch.setattr(backend, "implicit_gemm", False)
-    monkeypatch.setattr(conv_gemm, "PATCH_BUDGET_BYTES", 2048)
+    monkeypatch.setattr(backend, "target", dataclasses.replace(
+        backend.target, implicit_gemm=False, patch_budget_bytes=2048))
     executable = check_against_evaluator(backend, *DOT_CONV_POOL["conv_valid_stride2"])
     chunks = {launch[-1] for launch in executable._launches if launch[0] == "gemm"}
     assert len(chunks) > 2

@@ -1,0 +1,9 @@
+"""What lowering asks of the backend it lowers for: the forms its libraries run well."""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Target:
+    implicit_gemm: bool         # convolutions as ImplicitGemm steps (else patch matrix x GEMM)
+    min_batched_product: int    # a batched dot with a smaller M*N*K stays a loop kernel
+    patch_budget_bytes: int     # a patch matrix is built and multiplied in slices this large
