@@ -3,11 +3,9 @@
 Fusion is decided per (producer, consumer) edge and recorded with its reason
 (fusion.py). The builders of each opcode's expression (expressions.py,
 conv_implicit.py) read operands through this lowering's public context:
-value_at, operand, in_kernel, key, combiner, materialized, temp. A materialised
-value joins a recent loop of its shape as one more store where everything it
-reads is ready before that loop (multi-output fusion: an optimizer's m, v and
-w updates of one weight are one pass over memory, though other weights'
-updates come between them in post-order).
+value_at, operand, in_kernel, key, combiner, materialized, temp; a materialised
+value may join a recent loop of its shape as one more store (joins.py, through
+steps, kernel_state, loop_index_of, expr_in and buffer_for).
 """
 import dataclasses
 
@@ -19,19 +17,9 @@ from .conv_implicit import conv_as_implicit_gemm
 from .expressions import EXPRESSIONS, elementwise, op_of, scatter_update, update_window
 from .fusion import fusion_decisions, materialize_reason, roots_a_kernel
 from .ir import (S64, Buffer, Const, GemmCall, Index, KernelProgram, Load, LoopKernel, Op,
-                 ScatterKernel, Var, walk)
+                 ScatterKernel, Var)
+from .joins import NotInKernel, join_recent_loop
 from .loops import leaves, lower_while, parts
-from .storage import writes
-
-# How many steps back a value looks for a loop to join. Each try builds its
-# expression again, and a join further back keeps a temporary alive longer;
-# the case that matters (a weight's update a few steps after its m and v) is near.
-_LOOKBACK = 8
-
-
-class _NotInKernel(Exception):
-    """The value cannot be computed in this kernel (a value of the kernel is
-    needed at another index, or a buffer is written only at or after it)."""
 
 
 def lower_module(module, target):
@@ -173,20 +161,10 @@ class _Lowering:
             gemm.out = bid
             self.steps.append(gemm)
             return
-        # Reductions keep a kernel to themselves: alone, the renderer can run
-        # their rows along contiguous memory; loop outputs share a pass instead.
-        if not roots_a_kernel(inst):
-            for pos in range(len(self.steps) - 1, max(len(self.steps) - _LOOKBACK, 0) - 1, -1):
-                kernel = self.steps[pos]      # the latest valid loop wins
-                if isinstance(kernel, LoopKernel) and kernel.dims == inst.shape.dims \
-                        and not kernel.reduction:
-                    value = self._join_value(inst, pos)
-                    if value is not None:
-                        kernel.stores.append((self.buffer_for(inst, role), value))
-                        kernel.fused.append(inst.name)
-                        return
-        index, values = self._loop_index(inst.shape.rank), {}
-        value = self._expr_in(inst, index, values)
+        if join_recent_loop(self, inst, role):
+            return
+        index, values = self.loop_index_of(inst.shape.rank), {}
+        value = self.expr_in(inst, index, values)
         values[inst] = value
         kernel = LoopKernel(f"k{len(self.steps)}_{inst.opcode}", inst.shape.dims,
                             [(self.buffer_for(inst, role), value)], [inst.name],
@@ -197,12 +175,12 @@ class _Lowering:
     def _scatter(self, inst, role):
         """The operand copied to the result, then the updates applied in order."""
         out = self.buffer_for(inst, role)
-        index = self._loop_index(inst.shape.rank)
+        index = self.loop_index_of(inst.shape.rank)
         start = self.in_kernel(index, {}, lambda: self.operand(inst, 0, index))
         self.steps.append(LoopKernel(f"k{len(self.steps)}_scatter_operand", inst.shape.dims,
                                      [(out, start)]))
         updates = inst.operands[2].shape.dims
-        index = self._loop_index(len(updates))
+        index = self.loop_index_of(len(updates))
         target, value, update, fits, adds = self.in_kernel(
             index, {}, lambda: scatter_update(self, inst, index, out))
         self.steps.append(ScatterKernel(f"k{len(self.steps)}_scatter", updates, [(out, value)],
@@ -214,7 +192,7 @@ class _Lowering:
         window: a loop can drop the copy and write the window into its state
         (loops.py)."""
         out = self.buffer_for(inst, role)
-        index = self._loop_index(inst.shape.rank)
+        index = self.loop_index_of(inst.shape.rank)
         whole = self.in_kernel(index, {}, lambda: self.operand(inst, 0, index))
         self.steps.append(LoopKernel(f"k{len(self.steps)}_update_slice_operand",
                                      inst.shape.dims, [(out, whole)]))
@@ -236,39 +214,17 @@ class _Lowering:
 
     def _store_window(self, inst, out, dims, element):
         """A kernel over `dims` storing element(index) -> (target, value) into `out`."""
-        index = self._loop_index(len(dims))
+        index = self.loop_index_of(len(dims))
         target, value = self.in_kernel(index, {}, lambda: element(index))
         self.steps.append(ScatterKernel(f"k{len(self.steps)}_{inst.opcode}", dims,
                                         [(out, value)], [inst.name], reduction=True,
                                         target=target, ordered=False))
 
-    def _join_value(self, inst, pos):
-        """`inst` as one more store of LoopKernel steps[pos], or None if not valid there.
-
-        Valid when it reads only buffers written before that kernel, and the
-        kernel's own values only at its loop index. Appending a store changes
-        nothing the kernel or the steps after it read."""
-        kernel, steps = self.steps[pos], len(self.steps)
-        # Kernels built elsewhere (convolution layouts, copies) have no values to share.
-        index, values = self.kernel_state.setdefault(
-            id(kernel), (self._loop_index(len(kernel.dims)), {}))
-        unready = set().union(*map(writes, self.steps[pos:]))
-        try:
-            value = self._expr_in(inst, index, values, unready, pos)
-        except (_NotInKernel, Unsupported):   # (e.g. a loop's result, which only a load reads)
-            return None
-        if len(self.steps) != steps:  # it materialised something, which runs after the kernel
-            return None
-        if any(isinstance(n, Load) and n.buffer in unready for n in walk(value)):
-            return None
-        values[inst] = value
-        return value
-
     @staticmethod
-    def _loop_index(rank):
+    def loop_index_of(rank):
         return tuple(Index(S64, d) for d in range(rank))
 
-    def _expr_in(self, inst, index, values, unready=None, horizon=None):
+    def expr_in(self, inst, index, values, unready=None, horizon=None):
         """`inst`'s Expr at `index` in a kernel holding `values`."""
         return self.in_kernel(index, values, lambda: self._compute(inst, index),
                                unready, horizon)
@@ -290,7 +246,7 @@ class _Lowering:
         load of its buffer, or a constant."""
         if inst in self.kernel_values:
             if index != self.loop_index:
-                raise _NotInKernel()
+                raise NotInKernel()
             return self.kernel_values[inst]
         bid = self.buffer_of.get(inst)
         if bid is not None and self.unready and bid in self.unready:
@@ -298,7 +254,7 @@ class _Lowering:
             # A scalar that is no reduction is cheap to compute again in place
             # (Adam's step count feeding the bias correction); anything else is not.
             if inst.shape.rank or roots_a_kernel(inst):
-                raise _NotInKernel()
+                raise NotInKernel()
             bid = None
         if bid is not None:
             buf = self.buffers[bid]

@@ -1,0 +1,59 @@
+"""Multi-output fusion: a materialised value joins a recent loop of its shape
+as one more store, where everything it reads is ready before that loop (an
+optimizer's m, v and w updates of one weight are one pass over memory, though
+other weights' updates come between them in post-order).
+"""
+from ..errors import Unsupported
+from .fusion import roots_a_kernel
+from .ir import Load, LoopKernel, walk
+from .storage import writes
+
+# How many steps back a value looks for a loop to join. Each try builds its
+# expression again, and a join further back keeps a temporary alive longer;
+# the case that matters (a weight's update a few steps after its m and v) is near.
+LOOKBACK = 8
+
+
+class NotInKernel(Exception):
+    """The value cannot be computed in this kernel (a value of the kernel is
+    needed at another index, or a buffer is written only at or after it)."""
+
+
+def join_recent_loop(lw, inst, role):
+    """Whether `inst` joined one of lowering `lw`'s last LOOKBACK loops (the
+    latest one valid) as one more store."""
+    if roots_a_kernel(inst):    # (a reduction keeps its kernel: its rows run along memory)
+        return False
+    for pos in range(len(lw.steps) - 1, max(len(lw.steps) - LOOKBACK, 0) - 1, -1):
+        kernel = lw.steps[pos]
+        if isinstance(kernel, LoopKernel) and kernel.dims == inst.shape.dims \
+                and not kernel.reduction:
+            value = _value_in(lw, inst, pos)
+            if value is not None:
+                kernel.stores.append((lw.buffer_for(inst, role), value))
+                kernel.fused.append(inst.name)
+                return True
+    return False
+
+
+def _value_in(lw, inst, pos):
+    """`inst` as an Expr of LoopKernel lw.steps[pos], or None if not valid there.
+
+    Valid when it reads only buffers written before that kernel, and the
+    kernel's own values only at its loop index. Appending a store changes
+    nothing the kernel or the steps after it read."""
+    kernel, steps = lw.steps[pos], len(lw.steps)
+    # Kernels built elsewhere (convolution layouts, copies) have no values to share.
+    index, values = lw.kernel_state.setdefault(
+        id(kernel), (lw.loop_index_of(len(kernel.dims)), {}))
+    unready = set().union(*map(writes, lw.steps[pos:]))
+    try:
+        value = lw.expr_in(inst, index, values, unready, pos)
+    except (NotInKernel, Unsupported):   # (e.g. a loop's result, which only a load reads)
+        return None
+    if len(lw.steps) != steps:  # it materialised something, which runs after the kernel
+        return None
+    if any(isinstance(n, Load) and n.buffer in unready for n in walk(value)):
+        return None
+    values[inst] = value
+    return value
