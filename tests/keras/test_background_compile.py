@@ -113,8 +113,8 @@ class _Slow(Executable):
 class _SlowBackend(Backend):
     name = "slow"
 
-    def build(self, module, donate):
-        return _Slow(get_backend("cpu").build(module, donate))
+    def compile_optimized(self, module, donate):
+        return _Slow(get_backend("cpu").compile_optimized(module, donate))
 
 
 def test_tensorflow_takes_the_step_back_where_it_ran_it_clearly_faster():
