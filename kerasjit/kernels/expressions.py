@@ -4,7 +4,8 @@ Each builder gets the lowering (for operands, reduction keys and combiners)
 and returns an Expr. Reindexing ops only transform the index; reductions,
 dot and convolution become Reduce nodes; rng-bit-generator is Philox in
 integer arithmetic; select-and-scatter gathers, for each operand position,
-the source values of the windows that selected it.
+the source values of the windows that selected it (overlapping windows'
+selections computed once each, into a buffer of their own).
 """
 import numpy as np
 
@@ -12,7 +13,7 @@ from ..errors import Unsupported
 from ..hlo.philox import philox4x32
 from . import indexing as ix
 from .conv_gemm import window_positions
-from .ir import S64, Const, Load, Op, Reduce, ReduceVar, Var
+from .ir import S64, Const, Load, LoopKernel, Op, Reduce, ReduceVar, Var
 
 
 
@@ -433,8 +434,9 @@ def _select_and_scatter(lw, inst, index):
         starts.append(ix.div(ix.clamp(num, 0, last), w.stride))
         offsets.append(k)
         covers = ix.both(covers, ok)
-    selected = ix.both(covers, ix.compare(_selected_offset(lw, inst, starts),
-                                          ix.linearize(offsets, sizes), "EQ"))
+    choice = _selected_offset(lw, inst, starts) if disjoint else \
+        Load(S64, _window_selections(lw, inst), tuple(starts))
+    selected = ix.both(covers, ix.compare(choice, ix.linearize(offsets, sizes), "EQ"))
     src = lw.value_at(source, tuple(starts))
     s_accs, s_curs, (scattered,) = lw.combiner(inst.attrs["scatter"], 1)
     start = lw.operand(inst, 2, ())
@@ -446,6 +448,19 @@ def _select_and_scatter(lw, inst, index):
     combined = (Op(dtype, "select", (flag, scattered, s_accs[0])),)
     return Reduce(dtype, outer, tuple(sizes), (s_accs[0],), (flag, s_curs[0]),
                   combined, (start,), (selected, src), 0)
+
+
+def _window_selections(lw, inst):
+    """A buffer of the offset each window selects, written by a kernel of its
+    own before the gather: each operand position visits every window that
+    may cover it, and would otherwise search each window once per visit."""
+    dims = inst.operands[1].shape.dims
+    bid = lw.temp(S64, dims, f"{inst.name}.selected")
+    index = lw.loop_index_of(len(dims))
+    offset = lw.in_kernel(index, {}, lambda: _selected_offset(lw, inst, index))
+    lw.steps.append(LoopKernel(f"k{len(lw.steps)}_window_selections", dims, [(bid, offset)],
+                               [inst.name], reduction=True))
+    return bid
 
 
 def _selected_offset(lw, inst, starts):
