@@ -10,6 +10,7 @@ past their nominal bounds.
 import math
 from dataclasses import replace
 
+from ..hlo.shape import DTYPES
 from .ir import S64, Const, Index, Load, LoopKernel, Reduce, children, map_nodes, nested_steps, walk
 
 
@@ -79,14 +80,21 @@ def collapse_dims(kernel, buffers):
                                       for group in groups), stores=stores)
 
 
+# A reduction with several accumulators keeps a row of each beside the output's.
+ROW_BYTES = 16 << 10
+
+
 def rows_can_accumulate(kernel):
-    """A lone reduction (dot, convolution, sum) over a last dim longer than 1:
-    renderers may accumulate its rows in place, so it keeps its dims."""
+    """A lone reduction (dot, convolution, sum, a pooling gradient's gather)
+    over a last dim longer than 1, whose accumulator rows are small: renderers
+    may accumulate its rows in place, so it keeps its dims."""
     stores = kernel.stores
     if len(stores) != 1 or not kernel.dims or kernel.dims[-1] == 1:
         return False
     red = stores[0][1]
-    return isinstance(red, Reduce) and len(red.accs) == 1 and len(red.bodies) == 1
+    return isinstance(red, Reduce) and (len(red.accs) == len(red.bodies) == 1 or kernel.dims[-1]
+                                        * sum(DTYPES[a.dtype].itemsize for a in red.accs)
+                                        <= ROW_BYTES)
 
 
 def collapse_loops(program):
