@@ -97,6 +97,8 @@ def _workloads(args):
                                                                workloads.mnist_cnn),
                                         _images((28, 28, 1), 10), 128, args.mnist_steps,
                                         ("fit",)),
+        "pooling_cnn": Workload(workloads.pooling_cnn, _images((32, 32, 3), 10), 64,
+                                args.steps, ("fit",)),
         "convnext_block": Workload(workloads.convnext_block, _images((32, 32, 3), 10), 64,
                                    args.steps, ("fit",)),
         f"elephant_cnn_{args.image_size}": Workload(

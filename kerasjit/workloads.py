@@ -43,6 +43,17 @@ def mnist_cnn(dropout=0.5, jit_compile=False):
         keras.layers.Dense(10, activation="softmax")], "categorical_crossentropy", jit_compile)
 
 
+def pooling_cnn(jit_compile=False):
+    """Two 3x3 Conv2D, each followed by max-pooling over overlapping 3x3
+    windows with stride 2 (VALID, then SAME), as in ResNet's and AlexNet's
+    stems; 32x32x3 inputs, softmax; Adam."""
+    return _adam_classifier("pooling_cnn", [
+        keras.Input((32, 32, 3)), keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(3, strides=2), keras.layers.Conv2D(32, 3, activation="relu"),
+        keras.layers.MaxPooling2D(3, strides=2, padding="same"), keras.layers.Flatten(),
+        keras.layers.Dense(10, activation="softmax")], "categorical_crossentropy", jit_compile)
+
+
 def conv_bn(image_size=28, jit_compile=False):
     """Conv2D + BatchNorm + MaxPool CNN, SGD with momentum."""
     model = keras.Sequential([

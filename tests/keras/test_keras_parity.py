@@ -61,7 +61,7 @@ CASES = {
     "stacked_masked_rnn": (lambda **k: _stacked_rnn(**k), lambda n: _padded_tokens(n), 16),
     # Max-pooling over overlapping windows (3x3, stride 2): its gradient searches
     # each window once, then gathers at each position from the windows covering it.
-    "overlapping_pool_cnn": (lambda **k: _overlapping_pool_cnn(**k), images((15, 15, 3), 10), 16),
+    "pooling_cnn": (workloads.pooling_cnn, images((32, 32, 3), 10), 16),
     # Attention's einsums and Dense on a sequence: batched, strided GEMMs.
     "text_transformer": (lambda **k: workloads.text_transformer(vocab=300, length=20, dropout=0,
                                                                 **k),
@@ -76,16 +76,6 @@ def _stacked_rnn(jit_compile=False):
         keras.Input((10,), dtype="int32"), keras.layers.Embedding(50, 8, mask_zero=True),
         keras.layers.Bidirectional(keras.layers.LSTM(6, return_sequences=True)),
         keras.layers.SimpleRNN(5), keras.layers.Dense(3, activation="softmax")])
-    model.compile(optimizer="adam", loss="categorical_crossentropy", jit_compile=jit_compile)
-    return model
-
-
-def _overlapping_pool_cnn(jit_compile=False):
-    model = keras.Sequential([
-        keras.Input((15, 15, 3)), keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
-        keras.layers.MaxPooling2D(3, strides=2), keras.layers.Conv2D(8, 3, activation="relu"),
-        keras.layers.MaxPooling2D(3, strides=2, padding="same"), keras.layers.Flatten(),
-        keras.layers.Dense(10, activation="softmax")])
     model.compile(optimizer="adam", loss="categorical_crossentropy", jit_compile=jit_compile)
     return model
 
