@@ -43,12 +43,12 @@ def lower(module, target, donate=None, verify=None):
     verifier after lowering and each pass (default: with KERASJIT_DEBUG=1)."""
     if verify is None:
         verify = bool(os.environ.get("KERASJIT_DEBUG"))
+    check = verify_kernels if verify else (lambda program: None)
     program = lower_module(module, target)
-    for kernel_pass in [None, *kernel_passes(target, donate)]:
-        if kernel_pass is not None:
-            program = kernel_pass(program)
-        if verify:
-            verify_kernels(program)
+    check(program)
+    for kernel_pass in kernel_passes(target, donate):
+        program = kernel_pass(program)
+        check(program)
     return program
 
 

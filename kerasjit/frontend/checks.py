@@ -1,8 +1,8 @@
 """The input checks TensorFlow's kernels make, made by the compiled step too.
 
 TensorFlow's CPU kernels reject an index or label out of range (or an
-integer raised to a negative power), variables unchanged; the HLO of the same ops computes on (a NaN loss, a clamped gather),
-and XLA drops Assert ops. So the step also computes whether every such input
+integer raised to a negative power), variables unchanged; the HLO of the same
+ops computes on (a NaN loss, a clamped gather), and XLA drops Assert ops. So the step also computes whether every such input
 is in range and every assertion holds, and each variable update becomes
 select(ok, new, old): a failing step leaves the variables as they were and is
 run again in TensorFlow, whose kernel raises its own error.

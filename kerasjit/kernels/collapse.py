@@ -80,21 +80,20 @@ def collapse_dims(kernel, buffers):
                                       for group in groups), stores=stores)
 
 
-# A reduction with several accumulators keeps a row of each beside the output's.
+# A reduction's accumulators other than its result keep a row each (on the stack).
 ROW_BYTES = 16 << 10
 
 
 def rows_can_accumulate(kernel):
-    """A lone reduction (dot, convolution, sum, a pooling gradient's gather)
-    over a last dim longer than 1, whose accumulator rows are small: renderers
-    may accumulate its rows in place, so it keeps its dims."""
+    """A lone reduction (dot, convolution, sum, an argmax, a pooling gradient's
+    gather) over a last dim longer than 1, whose other accumulators' rows are
+    small: renderers may accumulate its rows in place, so it keeps its dims."""
     stores = kernel.stores
     if len(stores) != 1 or not kernel.dims or kernel.dims[-1] == 1:
         return False
     red = stores[0][1]
-    return isinstance(red, Reduce) and (len(red.accs) == len(red.bodies) == 1 or kernel.dims[-1]
-                                        * sum(DTYPES[a.dtype].itemsize for a in red.accs)
-                                        <= ROW_BYTES)
+    return isinstance(red, Reduce) and kernel.dims[-1] * sum(
+        DTYPES[a.dtype].itemsize for i, a in enumerate(red.accs) if i != red.result) <= ROW_BYTES
 
 
 def collapse_loops(program):

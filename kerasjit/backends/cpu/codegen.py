@@ -125,68 +125,48 @@ class _KernelBuilder:
         Each element still folds its terms in the same order, so results are
         bit-identical to the element-by-element loop; but the innermost loop
         now runs along contiguous memory, which LLVM vectorises (the row stays
-        in L1 while every term is added to it).
+        in L1 while every term is added to it). The result accumulates in the
+        output's row; any other accumulator (an argmax's value, a pooling
+        gradient's flag) in a row on the stack.
         """
-        (bid, red), last = self.kernel.stores[0], self.kernel.dims[-1]
-        if len(red.accs) > 1 or len(red.bodies) > 1:
-            self._accumulate_rows_aside(prefix)
-            return
-
-        def init(j):
-            env = {"index": prefix + (j,), "reduce": {}}
-            self.store(bid, red.dtype, prefix + (j,), self.render(red.inits[0], {}, env))
-        self.loop(last, init)
-
-        def term(counters):
-            def add_to_row(j):
-                index = prefix + (j,)
-                env = {"index": index, "reduce": {(red.key, d): c for d, c in enumerate(counters)}}
-                current = self.render(red.bodies[0], {}, env)
-                acc = self.load(Load(red.dtype, bid, ()), index)
-                env["vars"] = {red.accs[0].name: acc, red.curs[0].name: current}
-                self.store(bid, red.dtype, index, self.render(red.combined[0], {}, env))
-            self.loop(last, add_to_row)
-        self.nest(list(red.extents), term)
-
-    def _accumulate_rows_aside(self, prefix):
-        """_accumulate_rows for a reduction of several accumulators or bodies
-        (an argmax, a pooling gradient's gather): a row of each accumulator on
-        the stack, the result's copied out at the end."""
         (bid, red), last, b = self.kernel.stores[0], self.kernel.dims[-1], self.b
         types = [register_type(a.dtype) for a in red.accs]
         with b.goto_block(self.alloca_block):
             b.position_at_start(self.alloca_block)
-            rows = [b.alloca(ty, size=ir.Constant(I64, last)) for ty in types]
+            rows = {i: b.alloca(ty, size=ir.Constant(I64, last))
+                    for i, ty in enumerate(types) if i != red.result}
 
-        def at(row, ty, j):
-            return b.gep(row, [j], inbounds=True, source_etype=ty)
+        def load(i, j):
+            if i == red.result:
+                return self.load(Load(red.dtype, bid, ()), prefix + (j,))
+            return b.load(b.gep(rows[i], [j], inbounds=True, source_etype=types[i]), typ=types[i])
+
+        def store(i, j, value):
+            if i == red.result:
+                self.store(bid, red.dtype, prefix + (j,), value)
+            else:
+                b.store(value, b.gep(rows[i], [j], inbounds=True, source_etype=types[i]))
 
         def init(j):
             env = {"index": prefix + (j,), "reduce": {}}
-            for row, ty, value in zip(rows, types, red.inits):
-                b.store(self.render(value, {}, env), at(row, ty, j))
+            for i, value in enumerate(red.inits):
+                store(i, j, self.render(value, {}, env))
         self.loop(last, init)
 
         def term(counters):
-            def fold_into_row(j):
+            def add_to_row(j):
                 env = {"index": prefix + (j,),
                        "reduce": {(red.key, d): c for d, c in enumerate(counters)}}
                 values = {}
                 current = [self.render(body, values, env) for body in red.bodies]
-                env["vars"] = {**{a.name: b.load(at(row, ty, j), typ=ty)
-                                  for a, row, ty in zip(red.accs, rows, types)},
-                               **{c.name: value for c, value in zip(red.curs, current)}}
+                accs = [load(i, j) for i in range(len(red.accs))]
+                env["vars"] = {**{a.name: v for a, v in zip(red.accs, accs)},
+                               **{c.name: v for c, v in zip(red.curs, current)}}
                 values = {}     # (the combined values use the accumulators bound just now)
-                folded = [self.render(combined, values, env) for combined in red.combined]
-                for row, ty, value in zip(rows, types, folded):
-                    b.store(value, at(row, ty, j))
-            self.loop(last, fold_into_row)
+                for i, value in enumerate([self.render(c, values, env) for c in red.combined]):
+                    store(i, j, value)
+            self.loop(last, add_to_row)
         self.nest(list(red.extents), term)
-
-        def result(j):
-            ty = types[red.result]
-            self.store(bid, red.dtype, prefix + (j,), b.load(at(rows[red.result], ty, j), typ=ty))
-        self.loop(last, result)
 
     # ------------------------------------------------------------ memory
     def address(self, bid, index, dims=None):
