@@ -13,6 +13,8 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -32,6 +34,8 @@ def _parser():
     parser.add_argument("--image-size", type=int, default=150)
     parser.add_argument("--models", nargs="*", help="subset of model names")
     parser.add_argument("--backend", default="auto", help="kerasjit's backend (auto, cpu, gpu)")
+    parser.add_argument("--busy", type=int, default=0, metavar="N",
+                        help="run N busy-loop processes beside the benchmark (a busy machine)")
     parser.add_argument("--out", default="reports")
     parser.add_argument("--name", default="benchmark", help="report files: OUT/NAME.csv, .md")
     return parser
@@ -97,6 +101,9 @@ def _workloads(args):
                                                                workloads.mnist_cnn),
                                         _images((28, 28, 1), 10), 128, args.mnist_steps,
                                         ("fit",)),
+        "gpt_decoder": Workload(workloads.gpt_decoder,
+                                lambda n: workloads.next_token_data(n, 40, 1000), 16, args.steps,
+                                ("fit",)),
         "pooling_cnn": Workload(workloads.pooling_cnn, _images((32, 32, 3), 10), 64,
                                 args.steps, ("fit",)),
         "convnext_block": Workload(workloads.convnext_block, _images((32, 32, 3), 10), 64,
@@ -213,12 +220,18 @@ def machine(backend="auto"):
             f"{chosen.name} backend" + (f" ({chosen.device})" if chosen.name == "gpu" else ""))
 
 
-def write_reports(rows, out_dir, command, name="benchmark", backend="auto"):
+def busy_loops(n):
+    """`n` processes that keep a core each busy until killed."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def write_reports(rows, out_dir, command, name="benchmark", backend="auto", busy=0):
     os.makedirs(out_dir, exist_ok=True)
     table = pd.DataFrame(rows)
     table.to_csv(os.path.join(out_dir, f"{name}.csv"), index=False, float_format="%.6g")
+    beside = f"; {busy} busy-loop process(es) ran beside the benchmark" if busy else ""
     lines = ["# kerasjit benchmark", "",
-             f"Machine: {machine(backend)}", "",
+             f"Machine: {machine(backend)}{beside}", "",
              f"Command: `{command}` ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
              "Median round after the first; contenders interleaved round by round in one "
              "process. A round is one call: an epoch of `fit` with default arguments "
@@ -254,16 +267,19 @@ def main(argv=None):
     check_models(parser, args.models, _workloads(args))
     # Compile times from an empty compile cache (a temporary one, gone afterwards).
     os.environ["KERASJIT_CACHE_DIR"] = cache = tempfile.mkdtemp(prefix="kerasjit-bench-")
-    rows = []
-    for name, work in _workloads(args).items():
-        if not args.models or name in args.models:
-            rows += bench_model(name, work, args.rounds, args.backend)
-    shutil.rmtree(cache, ignore_errors=True)
+    rows, busy = [], busy_loops(args.busy)
+    try:
+        for name, work in _workloads(args).items():
+            if not args.models or name in args.models:
+                rows += bench_model(name, work, args.rounds, args.backend)
+    finally:
+        for process in busy:
+            process.kill()
+        shutil.rmtree(cache, ignore_errors=True)
     table = write_reports(rows, args.out, "python -m kerasjit.bench " + " ".join(argv or []),
-                          args.name, args.backend)
+                          args.name, args.backend, args.busy)
     print(table.to_string(index=False))
 
 
 if __name__ == "__main__":
-    import sys
     main(sys.argv[1:])

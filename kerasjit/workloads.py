@@ -161,6 +161,40 @@ def text_transformer(vocab=1000, length=40, width=64, heads=4, dropout=0.1, jit_
     return model
 
 
+def gpt_decoder(vocab=1000, length=40, width=64, heads=4, blocks=2, jit_compile=False):
+    """A GPT-style language model: token and position embeddings, `blocks`
+    pre-LayerNorm decoder blocks (causal MultiHeadAttention, a gelu
+    feed-forward, residuals), a final LayerNorm and a `vocab`-wide head that
+    predicts the next token at every position; AdamW."""
+    tokens = keras.Input((length,), dtype="int32")
+    x = keras.layers.Embedding(vocab, width)(tokens)
+    x = x + keras.layers.Embedding(length, width)(keras.ops.arange(length))
+    for _ in range(blocks):
+        normed = keras.layers.LayerNormalization()(x)
+        x = x + keras.layers.MultiHeadAttention(heads, width // heads)(
+            normed, normed, use_causal_mask=True)
+        normed = keras.layers.LayerNormalization()(x)
+        x = x + keras.layers.Dense(width)(keras.layers.Dense(4 * width, activation="gelu")(normed))
+    logits = keras.layers.Dense(vocab)(keras.layers.LayerNormalization()(x))
+    model = keras.Model(tokens, logits, name="gpt_decoder")
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=jit_compile)
+    return model
+
+
+def next_token_data(n, length, vocab, seed=0):
+    """Token sequences from a random first-order Markov chain (so there is a
+    next token to learn) and, as labels, each position's next token."""
+    rng = np.random.default_rng(seed)
+    successors = rng.integers(0, vocab, (vocab, 4))
+    tokens = np.empty((n, length + 1), np.int32)
+    tokens[:, 0] = rng.integers(0, vocab, n)
+    for t in range(length):
+        tokens[:, t + 1] = successors[tokens[:, t], rng.integers(0, 4, n)]
+    return tokens[:, :-1], tokens[:, 1:]
+
+
 def token_data(n, length, vocab, seed=0):
     """Token ids in [0, vocab) and a label that depends on which tokens occur."""
     rng = np.random.default_rng(seed)

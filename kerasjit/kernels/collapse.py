@@ -11,7 +11,8 @@ import math
 from dataclasses import replace
 
 from ..hlo.shape import DTYPES
-from .ir import S64, Const, Index, Load, LoopKernel, Reduce, children, map_nodes, nested_steps, walk
+from .ir import (S64, Const, Index, Load, LoopKernel, Reduce, ReduceVar, children, map_nodes,
+                 nested_steps, walk)
 
 
 def _positions(kernel):
@@ -84,16 +85,37 @@ def collapse_dims(kernel, buffers):
 ROW_BYTES = 16 << 10
 
 
-def rows_can_accumulate(kernel):
+def rows_can_accumulate(kernel, buffers):
     """A lone reduction (dot, convolution, sum, an argmax, a pooling gradient's
     gather) over a last dim longer than 1, whose other accumulators' rows are
-    small: renderers may accumulate its rows in place, so it keeps its dims."""
+    small and that reads no operand along its reduction: renderers may
+    accumulate its rows in place, so it keeps its dims."""
     stores = kernel.stores
     if len(stores) != 1 or not kernel.dims or kernel.dims[-1] == 1:
         return False
     red = stores[0][1]
-    return isinstance(red, Reduce) and kernel.dims[-1] * sum(
-        DTYPES[a.dtype].itemsize for i, a in enumerate(red.accs) if i != red.result) <= ROW_BYTES
+    if not isinstance(red, Reduce) or _reads_along(red, buffers, len(kernel.dims) - 1):
+        return False
+    return kernel.dims[-1] * sum(DTYPES[a.dtype].itemsize for i, a in enumerate(red.accs)
+                                 if i != red.result) <= ROW_BYTES
+
+
+def _reads_along(red, buffers, row_dim):
+    """Whether reduction `red` loads an operand whose memory runs along its
+    innermost reduction dim but which varies along the row (loop dim
+    `row_dim`; a softmax's row max or sum): accumulating a row of results at
+    a time would read it a column at a time."""
+    inner = len(red.extents) - 1
+    if inner < 0 or red.extents[inner] == 1:
+        return False
+
+    def along(load):
+        last = load.index[-1] if load.index else None
+        return (isinstance(last, ReduceVar) and last.owner == red.key and last.dim == inner
+                and buffers[load.buffer].dims[-1] > 1
+                and any(isinstance(n, Index) and n.dim == row_dim
+                        for i in load.index[:-1] for n in walk(i)))
+    return any(isinstance(node, Load) and along(node) for body in red.bodies for node in walk(body))
 
 
 def collapse_loops(program):
@@ -103,7 +125,7 @@ def collapse_loops(program):
         for i, step in enumerate(steps):
             for inside in nested_steps(step):
                 visit(inside)
-            if type(step) is LoopKernel and not rows_can_accumulate(step):
+            if type(step) is LoopKernel and not rows_can_accumulate(step, program.buffers):
                 steps[i] = collapse_dims(step, program.buffers)
     visit(program.steps)
     return program

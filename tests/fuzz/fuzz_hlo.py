@@ -1487,4 +1487,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Through the importable module, so that what a child pickles (Raised)
+    # names a module the parent can import, not __main__.
+    from tests.fuzz import fuzz_hlo
+    sys.exit(fuzz_hlo.main())

@@ -82,3 +82,30 @@ def test_a_unit_dim_broadcast_by_skipping_its_index_keeps_the_dims():
   ROOT %y = f32[7,10] add(%x, %b)"""))
     kernel, = [s for s in lower(module, PATCHES).steps if isinstance(s, LoopKernel)]
     assert kernel.dims == (7, 10)
+
+
+REDUCE_SUM = """
+%sum {
+  %a = s32[] parameter(0)
+  %b = s32[] parameter(1)
+  ROOT %s = s32[] add(%a, %b)
+}
+"""
+
+
+def test_a_reduction_along_the_rows_in_memory_runs_element_by_element():
+    # A softmax's row sum reads each row contiguously: accumulating a row of
+    # 40 results at a time would read the input a column at a time, so the
+    # kernel is no row accumulation and its dims merge.
+    assert collapsed_dims(hlo("""
+  %x = s32[16,40,100] parameter(0)
+  %zero = s32[] constant(0)
+  ROOT %r = s32[16,40] reduce(%x, %zero), dimensions={2}, to_apply=%sum""", REDUCE_SUM)) == (640,)
+
+
+def test_a_reduction_over_the_batch_accumulates_rows():
+    # A bias gradient sums over the batch: each step adds a contiguous row.
+    assert collapsed_dims(hlo("""
+  %x = s32[64,7,10] parameter(0)
+  %zero = s32[] constant(0)
+  ROOT %r = s32[7,10] reduce(%x, %zero), dimensions={0}, to_apply=%sum""", REDUCE_SUM)) == (7, 10)

@@ -63,15 +63,13 @@ def _object_code(llvm_ir, name, unroll):
 
 def _record(program, name, blas_threads_local, timed):
     """What the cache keeps of kernel program `program`: its native code."""
-    threading = parallel.sgemm_threading(program.steps, blas_threads_local)
     llvm_ir, kernels, counters = render_program(
-        program, name, blas_threads_local, engine.vector_lanes(), engine.is_x86(), timed,
-        threading)
+        program, name, blas_threads_local, engine.vector_lanes(), engine.is_x86(), timed)
     checkpoint()
     # What the executable needs of the program; expressions live in the code now.
     return {"program": dataclasses.replace(program, steps=[]),
             "objects": _object_code(llvm_ir, name, has_long_loops(program)),
-            "entry": f"{name}_entry", "kernels": kernels, "cores_free": threading[1],
+            "entry": f"{name}_entry", "kernels": kernels, "cores_free": parallel.cores_free(program.steps, blas_threads_local),
             "counters": counters and (counters.global_name, counters.labels)}
 
 

@@ -48,9 +48,9 @@ def kernel_buffers(kernel):
     return sorted({bid for bid, _ in kernel.stores}.union(*map(loaded, kernel_exprs(kernel))))
 
 
-def outer_dims(kernel):
+def outer_dims(kernel, buffers):
     """The kernel's loops outside any reduction loop (those a thread may own part of)."""
-    return kernel.dims[:-1] if rows_can_accumulate(kernel) else kernel.dims
+    return kernel.dims[:-1] if rows_can_accumulate(kernel, buffers) else kernel.dims
 
 
 class _KernelBuilder:
@@ -99,7 +99,7 @@ class _KernelBuilder:
         if 0 in dims:
             self.b.ret_void()
             return
-        if rows_can_accumulate(self.kernel):
+        if rows_can_accumulate(self.kernel, self.program.buffers):
             self.nest(list(dims[:-1]), self._accumulate_rows, outermost=True)
             self.b.ret_void()
             return
@@ -272,25 +272,33 @@ def _buffer_pointer(b, table, bid):
     return b.load(b.gep(table, [ir.Constant(I64, bid)], inbounds=True, source_etype=PTR), typ=PTR)
 
 
-def _gemm(b, fn, sgemm, call, table, chunk, threads_local=None, alone_below=0):
-    """sgemm on row-major data (GemmCall.column_major), once per batch index. A
-    product of fewer than `alone_below` multiply-adds runs on this thread
-    alone, by `threads_local` (OpenBLAS's per-thread setter;
-    parallel.gemms_alone_below)."""
+def _gemm(b, fn, sgemm, call, starts, chunk, threads_local=None, part=None):
+    """sgemm on row-major data (GemmCall.column_major) at `starts` (A, B, C),
+    once per batch index, on this thread alone by `threads_local` (OpenBLAS's
+    per-thread setter, where the BLAS has one: kerasjit's own threads split
+    large products, parallel.gemm_parts). `part`: (lo, hi), one thread's
+    share: those indices of the outermost batch level, else those rows of C."""
     i32, f32, i8 = ir.IntType(32), ir.FloatType(), ir.IntType(8)
 
     def by_reference(ty, value):      # Fortran BLAS takes every argument by pointer
         with b.goto_entry_block():    # (an alloca inside a loop would grow the stack)
             slot = b.alloca(ty)
-        b.store(ir.Constant(ty, value), slot)
+        b.store(value if isinstance(value, ir.Value) else ir.Constant(ty, value), slot)
         return slot
+
+    def moved(pointer, elements):
+        return b.gep(pointer, [elements], inbounds=True, source_etype=f32)
     trans_b, trans_a, m, n, k, ld_b, ld_a, ld_c = call.column_major()
     out_stride, rhs_stride = call.chunk_strides()
-    starts = [_buffer_pointer(b, table, bid) for bid in (call.lhs, call.rhs, call.out)]
+    starts = list(starts)
     for operand, stride in ((1, rhs_stride), (2, out_stride)):
         if stride:
-            starts[operand] = b.gep(starts[operand], [b.mul(chunk, ir.Constant(I64, stride))],
-                                    inbounds=True, source_etype=f32)
+            starts[operand] = moved(starts[operand], b.mul(chunk, ir.Constant(I64, stride)))
+    if part and not call.batch:       # rows lo..hi of C: columns of the column-major C^T
+        lo, hi = part
+        n = b.trunc(b.sub(hi, lo), i32)
+        starts[0] = moved(starts[0], lo if call.lhs_transposed else b.mul(lo, ir.Constant(I64, ld_a)))
+        starts[2] = moved(starts[2], b.mul(lo, ir.Constant(I64, ld_c)))
     beta = by_reference(f32, 0.0)
     if call.accumulate:               # the first chunk overwrites, later ones add
         b.store(b.select(b.icmp_signed("==", chunk, ir.Constant(I64, 0)),
@@ -303,24 +311,42 @@ def _gemm(b, fn, sgemm, call, table, chunk, threads_local=None, alone_below=0):
     def product(pointers):
         lhs, rhs, out = pointers
         b.call(sgemm, [*arguments, rhs, leading[0], lhs, leading[1], beta, out, leading[2]])
-    alone = threads_local is not None and m * n * k < alone_below
-    if alone:
+    if threads_local is not None:
         previous = b.call(threads_local, [ir.Constant(i32, 1)])
-    _for_each_batch(b, fn, call.batch, starts, product)
-    if alone:
+    _for_each_batch(b, fn, call.batch, starts, product, part if call.batch else None)
+    if threads_local is not None:
         b.call(threads_local, [previous])
 
 
-def _for_each_batch(b, fn, levels, pointers, product):
+def _gemm_part(module, sgemm, threads_local, call, name):
+    """`void name(ptr A, ptr B, ptr C, i64 chunk, i64 lo, i64 hi)`: one thread's
+    share of GemmCall `call` (a part of parallel.gemm_parts's extent)."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * 3 + [I64] * 3), name)
+    fn.linkage = "internal"
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    *starts, chunk, lo, hi = fn.args
+    _gemm(b, fn, sgemm, call, starts, chunk, threads_local, (lo, hi))
+    b.ret_void()
+    return fn
+
+
+def _for_each_batch(b, fn, levels, pointers, product, part=None):
     """product([A, B, C]) at each index of GemmCall batch `levels` (their
-    loops at `b`), the (lhs, rhs, out) `pointers` moved on to that product."""
+    loops at `b`; the outermost's indices only in `part`, (lo, hi), if given),
+    the (lhs, rhs, out) `pointers` moved on to that product."""
     if not levels:
         product(pointers)
         return
     extent, *steps = levels[0]
-    counted_loop(b, fn, extent, lambda i: _for_each_batch(b, fn, levels[1:], [
-        b.gep(p, [b.mul(i, ir.Constant(I64, s))], inbounds=True, source_etype=ir.FloatType())
-        for p, s in zip(pointers, steps)], product))
+
+    def at(i):
+        _for_each_batch(b, fn, levels[1:], [
+            b.gep(p, [b.mul(i, ir.Constant(I64, s))], inbounds=True, source_etype=ir.FloatType())
+            for p, s in zip(pointers, steps)], product)
+    if part:
+        run_time_loop(b, fn, *part, at)
+    else:
+        counted_loop(b, fn, extent, at)
 
 
 def _flush_denormals(module, b):
@@ -346,7 +372,7 @@ def _flush_denormals(module, b):
 
 
 def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x86=False,
-                   timed=False, sgemm_threading=None):
+                   timed=False):
     """The LLVM IR text of a module with `{name}_entry(ptr buffers)` running
     every step, and the (name, LLVM IR) of the entry and each kernel function
     for explain() (a split kernel's listing ends with its thread entry). `lanes`: floats per
@@ -364,8 +390,7 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
     i32 = ir.IntType(32)
     threads_local = ir.Function(module, ir.FunctionType(i32, [i32]), THREADS_LOCAL_SYMBOL) \
         if blas_threads_local else None
-    alone_below, may_split = sgemm_threading or parallel.sgemm_threading(program.steps,
-                                                                         blas_threads_local)
+    may_split = parallel.cores_free(program.steps, blas_threads_local)
     kernels, functions = [], {}       # functions: kernel identity -> its function
     counters = Counters(module, name, list(leaf_steps(program.steps))) if timed else None
 
@@ -399,8 +424,14 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
             _for_each_batch(eb, entry, step.batch, pointers,
                             lambda lhs_rhs_out: eb.call(fn, [lhs_rhs_out[i] for i in (2, a, b)]))
             kernels.append([fn.name])
+        elif isinstance(step, GemmCall) and may_split_here and threads_local is not None \
+                and (extent := parallel.gemm_parts(step)):
+            fn = function(("gemm", *parallel.gemm_geometry(step)), lambda fn_name: _gemm_part(
+                module, sgemm, threads_local, step, fn_name))
+            call(fn, (step.lhs, step.rhs, step.out), chunk, True, extent, [])
         elif isinstance(step, GemmCall):
-            _gemm(eb, entry, sgemm, step, table, chunk, threads_local, alone_below)
+            _gemm(eb, entry, sgemm, step, [_buffer_pointer(eb, table, bid) for bid in
+                                           (step.lhs, step.rhs, step.out)], chunk, threads_local)
         elif isinstance(step, ImplicitGemm):
             extra = sorted(loaded(step.epilogue) - {step.out})
             fn, blocks_total = function(
@@ -415,7 +446,7 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
                  blocks_total, [ir.Constant(I64, 0), ir.Constant(I64, blocks_total)])
         else:
             buffers = kernel_buffers(step)
-            split = may_split_here and parallel.worth_splitting(step, outer_dims(step))
+            split = may_split_here and parallel.worth_splitting(step, outer_dims(step, program.buffers))
 
             def build(fn_name, step=step):
                 fn = ir.Function(module, ir.FunctionType(

@@ -16,8 +16,8 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ...hlo.opcodes import OPCODES, TRANSCENDENTAL
-from ...kernels.ir import (ChunkLoop, GemmCall, ImplicitGemm, Index, Op, Reduce, ReduceVar,
-                           ScatterKernel, children, leaf_steps, nested_steps, walk)
+from ...kernels.ir import (GemmCall, Index, Op, Reduce, ReduceVar, ScatterKernel, children,
+                           leaf_steps, walk)
 from . import narrow_gemm
 from .blas import SINGLE_THREAD_MNK
 from .llvm_types import I1, I32, I64, PTR, run_time_loop
@@ -54,46 +54,32 @@ def set_threads(n):
     _threads.value = max(1, int(n))
 
 
-def gemms_alone_below(steps, blas_threads_local):
-    """Multiply-adds below which an sgemm of this program runs on the calling
-    thread alone (0: the BLAS lets us say no such thing). Normally
-    blas.SINGLE_THREAD_MNK; but where implicit GEMMs (convolutions) do at
-    least as much work as the sgemm calls, every sgemm runs alone: then no
-    OpenBLAS thread spins, and the convolutions and loops have the cores."""
-    if not blas_threads_local:
+def cores_free(steps, blas_threads_local):
+    """Whether loop kernels may split over threads beside the program's sgemm
+    calls: always where the BLAS lets each call run on the calling thread alone
+    (kerasjit's threads split the large ones: gemm_parts); otherwise only if no
+    call is large enough for OpenBLAS's threads, which spin after each call and
+    would take the cores (narrow GEMMs are no sgemm at all)."""
+    if blas_threads_local:
+        return True
+    return not any(isinstance(step, GemmCall) and step.m * step.n * step.k >= BLAS_THREADED_MNK
+                   and not narrow_gemm.plan(step) for step in leaf_steps(steps))
+
+
+def gemm_parts(call):
+    """The extent over which sgemm call `call` splits across threads (its
+    outermost batch level, else its rows of C), or 0 to keep it whole: below
+    SINGLE_THREAD_MNK multiply-adds a thread costs more than it saves."""
+    if call.m * call.n * call.k * call.count < SINGLE_THREAD_MNK:
         return 0
-    work = {GemmCall: 0, ImplicitGemm: 0}
-
-    def add(steps, times):
-        for step in steps:
-            if isinstance(step, ChunkLoop):
-                add(step.steps, times * step.count)
-            elif nested_steps(step):        # (a while loop's trip count is not known)
-                for inside in nested_steps(step):
-                    add(inside, times)
-            elif type(step) in work:
-                work[type(step)] += times * getattr(step, "count", 1) * step.m * step.n * step.k
-    add(steps, 1)
-    return math.inf if work[ImplicitGemm] >= work[GemmCall] > 0 else SINGLE_THREAD_MNK
+    extent = call.batch[0][0] if call.batch else call.m
+    return extent if extent >= 2 else 0
 
 
-def sgemm_threading(steps, blas_threads_local):
-    """(gemms_alone_below, cores_free) of a program: how its sgemm calls run,
-    and whether they leave a core free beside them."""
-    alone_below = gemms_alone_below(steps, blas_threads_local)
-    return alone_below, cores_free(steps, alone_below)
-
-
-def cores_free(steps, alone_below):
-    """False for a program whose sgemm calls leave OpenBLAS's threads spinning:
-    those of BLAS_THREADED_MNK multiply-adds or more, except those below
-    `alone_below`, which run unthreaded (narrow GEMMs are no sgemm at all)."""
-    threaded = max(alone_below, BLAS_THREADED_MNK)
-    for step in leaf_steps(steps):
-        if isinstance(step, GemmCall) and step.m * step.n * step.k >= threaded \
-                and not narrow_gemm.plan(step):
-            return False
-    return True
+def gemm_geometry(call):
+    """What a GemmCall's code depends on besides its buffers."""
+    return (call.m, call.n, call.k, call.lhs_transposed, call.rhs_transposed,
+            call.chunk_strides(), call.accumulate, call.lda, call.ldb, call.batch)
 
 
 def worth_splitting(kernel, outer_dims):

@@ -1,16 +1,20 @@
-"""Large loop kernels run on several threads, with results bit-identical to
+"""Large loop kernels and matrix products run on several threads, with results bit-identical to
 the reference evaluator (each element's arithmetic does not depend on which
 thread computes it), whatever the thread count."""
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from kerasjit.backends.cpu import CpuBackend, parallel
+from kerasjit.backends.cpu.blas import SGEMM_SYMBOL
 from kerasjit.hlo.evaluator import evaluate
 
 from tests.support.bridge import bridge
 from tests.support.dtype_values import values
 from tests.support.structured_cases import rand
+from tests.support.targets import PATCHES
 
 
 @pytest.fixture
@@ -24,9 +28,20 @@ def split_kernels(executable):
     return [name for name, source in executable.kernels[1:] if f'@"{name}_task"' in source]
 
 
-def assert_identical(module, executable, args):
+def split_products(executable):
+    """Names of the split kernels that are sgemm calls."""
+    sources = dict(executable.kernels)
+    return [name for name in split_kernels(executable) if SGEMM_SYMBOL in sources[name]]
+
+
+def expected(module, args):
+    """The reference evaluator's outputs of `module`, as a list."""
     want = evaluate(module, args)
-    want = list(want) if isinstance(want, tuple) else [want]
+    return list(want) if isinstance(want, tuple) else [want]
+
+
+def assert_identical(module, executable, args):
+    want = expected(module, args)
     got = executable(args)
     assert len(got) == len(want)
     for g, w in zip(got, want):
@@ -65,48 +80,83 @@ SMALL = {
     # Large, but with no loop outside the reduction to split (one summation order).
     "sum_to_scalar": (lambda x: tf.reduce_sum(x), (rand(2000, 600),)),
     "sum_over_batch": (lambda x: tf.reduce_sum(x, axis=0), (rand(2000, 600),)),
-    # Large, but beside an sgemm big enough to run threaded (blas.SINGLE_THREAD_MNK),
-    # whose OpenBLAS threads keep the other cores busy.
-    "beside_matmul": (lambda a, b, x: (tf.matmul(a, b), tf.tanh(x)),
-                      (rand(256, 256), rand(256, 256), rand(512, 512))),
 }
 
 
 @pytest.mark.parametrize("name", SMALL)
-def test_small_whole_or_beside_blas_kernels_stay_on_one_thread(name, backend):
+def test_small_or_whole_reductions_stay_on_one_thread(name, backend):
     fn, args = SMALL[name]
     module = bridge(fn, *args)
     executable = backend.compile(module)
     assert not split_kernels(executable)
     assert parallel.SPLIT_SYMBOL not in executable.kernels[0][1]
-    got, want = executable(list(args)), evaluate(module, list(args))
-    want = list(want) if isinstance(want, tuple) else [want]
+    got, want = executable(list(args)), expected(module, list(args))
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4)
 
 
 def test_a_large_kernel_beside_a_small_matmul_is_split(backend):
     # The matmul (64x128x128 multiply-adds, below blas.SINGLE_THREAD_MNK) runs on the
-    # calling thread alone, so no OpenBLAS thread spins and the tanh loop may split.
+    # calling thread alone, and the tanh loop splits.
     args = (rand(64, 128), rand(128, 128), rand(512, 512))
     module = bridge(lambda a, b, x: (tf.matmul(a, b), tf.tanh(x)), *args)
     executable = backend.compile(module)
-    assert split_kernels(executable)
-    got, want = executable(list(args)), evaluate(module, list(args))
+    assert len(split_kernels(executable)) == 1
+    got, want = executable(list(args)), expected(module, list(args))
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
-def test_beside_convolutions_every_sgemm_runs_alone_and_the_rest_is_split(backend):
-    # The convolution (an implicit GEMM, ~16M multiply-adds) outweighs the matmul
-    # (~8M, which OpenBLAS would thread): the matmul runs on the calling thread,
-    # so the convolution and the tanh loop take both cores.
+LARGE_PRODUCTS = {
+    # Each from blas.SINGLE_THREAD_MNK multiply-adds on: split over kerasjit's threads
+    # (rows of the product, or its batch indices), each calling sgemm alone.
+    "rows": (lambda a, b: tf.matmul(a, b), (rand(301, 256), rand(256, 160))),
+    "transposed_lhs": (lambda a, b: tf.matmul(a, b, transpose_a=True),
+                       (rand(256, 301), rand(256, 160))),
+    "transposed_rhs": (lambda a, b: tf.matmul(a, b, transpose_b=True),
+                       (rand(301, 256), rand(160, 256))),
+    "batched": (lambda a, b: tf.matmul(a, b), (rand(7, 96, 128), rand(7, 128, 112))),
+    "beside_a_loop": (lambda a, b, x: (tf.matmul(a, b), tf.tanh(x)),
+                      (rand(256, 256), rand(256, 256), rand(512, 512))),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2, 7])
+@pytest.mark.parametrize("name", LARGE_PRODUCTS)
+def test_large_matmuls_split_over_our_threads(name, threads, backend):
+    fn, args = LARGE_PRODUCTS[name]
+    module = bridge(fn, *args)
+    executable = backend.compile(module)
+    assert len(split_products(executable)) == 1
+    assert len(split_kernels(executable)) == len(args) - 1     # (and the tanh loop)
+    parallel.set_threads(threads)
+    got, want = executable(list(args)), expected(module, list(args))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4)
+
+
+def test_a_chunked_accumulating_product_splits_each_chunk(backend):
+    # A convolution as patch matrices in chunks, each chunk's product adding into
+    # the output (beta = 1 after the first): every thread's rows accumulate alike.
+    backend.target = dataclasses.replace(PATCHES, patch_budget_bytes=1 << 20)
+    args = (rand(4, 30, 30, 64), rand(3, 3, 64, 96))
+    module = bridge(lambda x, w: tf.nn.conv2d(x, w, 1, "VALID"), *args)
+    executable = backend.compile(module)
+    assert split_products(executable)
+    parallel.set_threads(3)
+    np.testing.assert_allclose(executable(list(args))[0], evaluate(module, list(args)),
+                               rtol=1e-4, atol=1e-3)
+
+
+def test_beside_convolutions_the_sgemm_and_the_loops_split(backend):
+    # The convolution (an implicit GEMM, ~16M multiply-adds), the matmul (~8M) and
+    # the tanh loop each split across the cores; no OpenBLAS thread spins.
     args = (rand(8, 34, 34, 32), rand(3, 3, 32, 64), rand(128, 256), rand(256, 256),
             rand(512, 512))
     module = bridge(lambda x, w, a, b, t: (tf.nn.conv2d(x, w, 1, "VALID"), tf.matmul(a, b),
                                            tf.tanh(t)), *args)
     executable = backend.compile(module)
-    assert len(split_kernels(executable)) == 2
-    got, want = executable(list(args)), evaluate(module, list(args))
+    assert len(split_kernels(executable)) == 3 and len(split_products(executable)) == 1
+    got, want = executable(list(args)), expected(module, list(args))
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
