@@ -13,7 +13,7 @@ from ..errors import Unsupported
 from ..hlo.philox import philox4x32
 from . import indexing as ix
 from .conv_gemm import window_positions
-from .ir import S64, Const, Load, LoopKernel, Op, Reduce, ReduceVar, Var
+from .ir import S64, Const, Load, Op, Reduce, ReduceVar, Var
 
 
 
@@ -357,11 +357,13 @@ def _philox(counter, key):
                       lambda k, step: Op("u32", "add", (k, Const("u32", step))))
 
 
+def _high_word(word64):
+    return Op("u64", "shift-right-logical", (word64, Const("u64", 32)))
+
+
 def _rng(lw, inst, index, which):
     if inst.attrs.get("algorithm") not in ("rng_philox", "rng_default"):
         raise Unsupported(f"rng-bit-generator algorithm {inst.attrs.get('algorithm')}")
-    state = [lw.operand(inst, 0, (ix.c64(i),)) for i in range(3)]
-    key, lo, hi = state
     bits_shape = inst.shape.tuple_shapes[1]
     wide = bits_shape.dtype in ("u64", "s64")
     if bits_shape.dtype not in ("u32", "s32", "u64", "s64"):
@@ -369,6 +371,7 @@ def _rng(lw, inst, index, which):
     words = bits_shape.size * (2 if wide else 1)
     blocks = -(-words // 4)
     if which == 0:                # new state: counter advanced by the blocks used
+        key, lo, hi = (lw.operand(inst, 0, (ix.c64(i),)) for i in range(3))
         new_lo = Op("u64", "add", (lo, Const("u64", blocks)))
         carry = Op("u64", "convert", (Op("pred", "compare", (new_lo, lo), "LT"),))
         new_hi = Op("u64", "add", (hi, carry))
@@ -376,19 +379,23 @@ def _rng(lw, inst, index, which):
         return Op("u64", "select", (ix.compare(i, ix.c64(0), "EQ"), key, Op(
             "u64", "select", (ix.compare(i, ix.c64(1), "EQ"), new_lo, new_hi))))
 
-    def word(w):
-        block = Op("u64", "convert", (ix.div(w, 4),))
-        block_lo = Op("u64", "add", (lo, block))
+    def block_words(index):     # at (block, lane): that word of the block's 4
+        key, lo, hi = (lw.operand(inst, 0, (ix.c64(i),)) for i in range(3))
+        block_lo = Op("u64", "add", (lo, Op("u64", "convert", (index[0],))))
         block_hi = Op("u64", "add", (hi, Op("u64", "convert", (
             Op("pred", "compare", (block_lo, lo), "LT"),))))
-        counter = [_u32(block_lo), _u32(Op("u64", "shift-right-logical", (block_lo, Const("u64", 32)))),
-                   _u32(block_hi), _u32(Op("u64", "shift-right-logical", (block_hi, Const("u64", 32))))]
-        keys = [_u32(key), _u32(Op("u64", "shift-right-logical", (key, Const("u64", 32))))]
-        out = _philox(counter, keys)
-        lane = ix.mod(w, 4)
+        out = _philox([_u32(block_lo), _u32(_high_word(block_lo)), _u32(block_hi),
+                       _u32(_high_word(block_hi))], [_u32(key), _u32(_high_word(key))])
+        lane = index[1]
         return Op("u32", "select", (ix.compare(lane, ix.c64(0), "EQ"), out[0], Op(
             "u32", "select", (ix.compare(lane, ix.c64(1), "EQ"), out[1], Op(
                 "u32", "select", (ix.compare(lane, ix.c64(2), "EQ"), out[2], out[3]))))))
+    # Each Philox block gives 4 words: computed once, by a kernel of its own
+    # whose inner loop over the 4 lanes leaves the rounds loop-invariant.
+    words_bid = lw.own_kernel(inst, "philox", "u32", (blocks, 4), block_words)
+
+    def word(w):
+        return Load("u32", words_bid, (ix.div(w, 4), ix.mod(w, 4)))
     flat = ix.linearize(index, bits_shape.dims)
     if not wide:
         return Op(bits_shape.dtype, "bitcast-convert", (word(flat),)) \
@@ -454,13 +461,8 @@ def _window_selections(lw, inst):
     """A buffer of the offset each window selects, written by a kernel of its
     own before the gather: each operand position visits every window that
     may cover it, and would otherwise search each window once per visit."""
-    dims = inst.operands[1].shape.dims
-    bid = lw.temp(S64, dims, f"{inst.name}.selected")
-    index = lw.loop_index_of(len(dims))
-    offset = lw.in_kernel(index, {}, lambda: _selected_offset(lw, inst, index))
-    lw.steps.append(LoopKernel(f"k{len(lw.steps)}_window_selections", dims, [(bid, offset)],
-                               [inst.name], reduction=True))
-    return bid
+    return lw.own_kernel(inst, "window_selections", S64, inst.operands[1].shape.dims,
+                         lambda index: _selected_offset(lw, inst, index))
 
 
 def _selected_offset(lw, inst, starts):

@@ -48,6 +48,7 @@ class _Lowering:
         self.memo = {}            # (instruction, index ids, horizon) -> (index, Expr)
         self.keys = {}            # id(reduce instruction) -> small int key
         self.bound = {}           # tuple-shaped instruction -> its parts (loops.parts)
+        self.own_kernels = {}     # (instruction, role) -> the buffer a kernel of its own fills
         if parent is not None:
             self.buffers, self.keys = parent.buffers, parent.keys
 
@@ -128,6 +129,19 @@ class _Lowering:
         buf = Buffer(len(self.buffers), dtype, tuple(dims), "temp", None, name)
         self.buffers.append(buf)
         return buf.id
+
+    def own_kernel(self, inst, role, dtype, dims, value):
+        """The buffer that a kernel of its own fills with value(loop index) for
+        `inst`'s `role`: a value its readers would each compute many times
+        over. Built once; a kernel kept alone, before the first reader's."""
+        if (inst, role) not in self.own_kernels:
+            bid = self.temp(dtype, dims, f"{inst.name}.{role}")
+            index = self.loop_index_of(len(dims))
+            expr = self.in_kernel(index, {}, lambda: value(index))
+            self.steps.append(LoopKernel(f"k{len(self.steps)}_{role}", tuple(dims),
+                                         [(bid, expr)], [inst.name], reduction=True))
+            self.own_kernels[inst, role] = bid
+        return self.own_kernels[inst, role]
 
     def _emit(self, inst, role):
         if inst.opcode == "while":

@@ -15,7 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kerasjit.backends.cpu import BACKEND
+from kerasjit.compiler import lower
 from kerasjit.hlo import parse_module
+from kerasjit.kernels.ir import LoopKernel
 from kerasjit.hlo.evaluator import evaluate
 from kerasjit.hlo.opcodes import OPCODES
 from kerasjit.hlo.shape import DTYPES
@@ -23,6 +25,7 @@ from kerasjit.errors import Unsupported
 
 from tests.support.bridge import bridge
 from tests.support.cpu_check import check
+from tests.support.targets import CPU
 from tests.support.dtype_values import values
 from tests.support.structured_cases import DOT_CONV_POOL, LOOP_ONLY, rand
 from tests.support.elementwise_cases import (FLOAT_BINARY, FLOAT_UNARY, INT_BINARY, INT_UNARY,
@@ -124,6 +127,23 @@ def test_philox_bits_match_tensorflow_exactly(name):
     fn, args = STRUCTURED[name]
     got = BACKEND.compile(bridge(fn, *args))([np.asarray(a) for a in args])[0]
     np.testing.assert_array_equal(got, fn(*[tf.constant(a) for a in args]).numpy())
+
+
+def test_philox_runs_once_per_block_of_four_words():
+    # A uniform sample read by two kernels (its sum, and the samples themselves):
+    # one kernel of its own computes each Philox block once, over (blocks, lanes).
+    def two_readers(k, c):
+        bits = tf.raw_ops.StatelessRandomUniformFullIntV2(shape=[6, 10], key=k, counter=c,
+                                                          alg=1, dtype=tf.uint32)
+        return bits, tf.reduce_sum(tf.cast(tf.bitwise.right_shift(bits, 28), tf.int32), axis=1)
+    args = (np.array([12345], np.uint64), np.array([2**64 - 3, 5], np.uint64))
+    module = bridge(two_readers, *args)
+    philox = [s for s in lower(module, CPU).steps
+              if isinstance(s, LoopKernel) and s.name.endswith("_philox")]
+    assert [k.dims for k in philox] == [(15, 4)]
+    got = BACKEND.compile(module)(list(args))
+    for g, w in zip(got, two_readers(*map(tf.constant, args))):
+        np.testing.assert_array_equal(g, w.numpy())
 
 
 def test_unsupported_opcode_is_named():
