@@ -12,6 +12,7 @@ import math
 
 from llvmlite import ir
 
+from ...hlo.opcodes import OPCODES, TRANSCENDENTAL
 from ...hlo.shape import row_major_strides
 from ...kernels.collapse import rows_can_accumulate
 from ...kernels.identity import identity
@@ -225,13 +226,14 @@ class _KernelBuilder:
         for slot, init in zip(slots, node.inits):
             b.store(values[id(init)], slot)
 
-        def step(counters):
+        def bound(counters):
             inner_env = dict(env)
             inner_env["reduce"] = dict(env["reduce"])
             inner_env["reduce"].update(((node.key, d), c) for d, c in enumerate(counters))
             inner_env["reduced"] = dict(env.get("reduced", {}))
-            inner_values = dict(values)      # outer values dominate the loop body
-            current = [self.render(body, inner_values, inner_env) for body in node.bodies]
+            return inner_env, dict(values)      # outer values dominate the loop body
+
+        def fold(inner_env, inner_values, current):
             accs = [b.load(slot, typ=register_type(v.dtype)) for slot, v in zip(slots, node.accs)]
             inner_env["vars"] = dict(env.get("vars", {}))
             inner_env["vars"].update((v.name, a) for v, a in zip(node.accs, accs))
@@ -239,9 +241,61 @@ class _KernelBuilder:
             combined = [self.render(c, dict(inner_values), inner_env) for c in node.combined]
             for slot, value in zip(slots, combined):
                 b.store(value, slot)
-        if 0 not in node.extents:
+
+        def step(counters):
+            inner_env, inner_values = bound(counters)
+            fold(inner_env, inner_values,
+                 [self.render(body, inner_values, inner_env) for body in node.bodies])
+        if 0 in node.extents:
+            pass
+        elif _terms_first(node):
+            self._terms_then_fold(node, bound, fold)
+        else:
             self.nest(list(node.extents), step)
         return [b.load(slot, typ=register_type(v.dtype)) for slot, v in zip(slots, node.accs)]
+
+    def _terms_then_fold(self, node, bound, fold):
+        """Reduction `node`'s terms along its innermost dim first, into rows on
+        the stack (a loop without a carried value, which LLVM vectorises), then
+        folded in order: the same results as term by term, but a costly term
+        (a softmax's exp) no longer waits on the serial fold."""
+        b, inner = self.b, node.extents[-1]
+        types = [register_type(body.dtype) for body in node.bodies]
+        with b.goto_block(self.alloca_block):
+            b.position_at_start(self.alloca_block)
+            rows = [b.alloca(ty, size=ir.Constant(I64, inner)) for ty in types]
+
+        def at(row, ty, r):
+            return b.gep(row, [r], inbounds=True, source_etype=ty)
+
+        def row(outer):
+            def term(r):
+                inner_env, inner_values = bound(outer + (r,))
+                for body, slot, ty in zip(node.bodies, rows, types):
+                    b.store(self.render(body, inner_values, inner_env), at(slot, ty, r))
+
+            def fold_term(r):
+                inner_env, inner_values = bound(outer + (r,))
+                fold(inner_env, inner_values,
+                     [b.load(at(slot, ty, r), typ=ty) for slot, ty in zip(rows, types)])
+            self.loop(inner, term)
+            self.loop(inner, fold_term)
+        self.nest(list(node.extents[:-1]), lambda outer: row(tuple(outer)))
+
+
+# Terms a reduction computes into a row on the stack before folding them
+# (_terms_then_fold): at most this many bytes of rows.
+TERM_ROW_BYTES = 16 << 10
+
+
+def _terms_first(node):
+    """Whether Reduce `node` computes its terms ahead of the fold: a costly
+    one (a transcendental op), along an innermost dim long enough for vectors
+    and short enough for the stack."""
+    inner = node.extents[-1] if node.extents else 0
+    costly = any(isinstance(n, Op) and OPCODES[n.opcode].cost == TRANSCENDENTAL
+                 for body in node.bodies for n in walk(body, into_reductions=False))
+    return costly and 8 <= inner and inner * 8 * len(node.bodies) <= TERM_ROW_BYTES
 
 
 def _epilogue(module, ops, program, step, extra):

@@ -1,16 +1,22 @@
 """What the CPU renderer makes of a kernel program: one function per kernel
-identity, and LLVM's loop unrolling only where a kernel runs long."""
+identity, LLVM's loop unrolling only where a kernel runs long, and costly
+reduction terms computed ahead of their fold."""
 import dataclasses
 import re
 
 import numpy as np
+import tensorflow as tf
 
+from kerasjit.backends.cpu import CpuBackend, codegen
 from kerasjit.backends.cpu.codegen import LONG_LOOP, render_program
 from kerasjit.backends.cpu.executable import CpuExecutable
 from kerasjit.backends.cpu import engine
 from kerasjit.kernels.identity import identity
 from kerasjit.kernels.ir import S64, Buffer, Index, KernelProgram, Load, LoopKernel, Op
+from kerasjit.hlo.evaluator import evaluate
 from kerasjit.kernels.storage import assign_storage
+
+from tests.support.bridge import bridge
 
 
 def _tanh_kernel(name, source, target, dims):
@@ -67,3 +73,20 @@ def _run_compiled(program, args):
     objects = [engine.object_code(engine.optimize(text))]
     address = engine.load_objects(objects, "run_codegen_test_entry")
     return CpuExecutable(dataclasses.replace(program, steps=[]), address, kernels)(args)
+
+
+def test_costly_terms_are_computed_ahead_and_folded_in_the_same_order(monkeypatch,
+                                                                      no_compile_cache):
+    # A softmax's denominator: exp of each element, summed along the row. Its
+    # terms go into a row on the stack first (vectorised), then fold in index
+    # order: bit-identical to folding each term as it is computed.
+    x = np.random.default_rng(0).standard_normal((37, 300)).astype(np.float32)
+    module = bridge(lambda x: tf.reduce_sum(tf.exp(x), axis=1), x)
+    ahead = CpuBackend().compile(module)
+    assert any("alloca float, i64 300" in source for _, source in ahead.kernels)
+    monkeypatch.setattr(codegen, "TERM_ROW_BYTES", 0)
+    in_turn = CpuBackend().compile(module)
+    assert not any("alloca float, i64 300" in source for _, source in in_turn.kernels)
+    got = ahead([x])[0]
+    np.testing.assert_array_equal(got, in_turn([x])[0])
+    np.testing.assert_allclose(got, evaluate(module, [x]), rtol=1e-5)
