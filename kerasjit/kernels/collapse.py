@@ -104,7 +104,7 @@ def _reads_along(red, buffers, row_dim):
     """Whether reduction `red` loads an operand whose memory runs along its
     innermost reduction dim but which varies along the row (loop dim
     `row_dim`; a softmax's row max or sum): accumulating a row of results at
-    a time would read it a column at a time."""
+    a time would read it a column at a time (reports/tuning-measurements.md)."""
     inner = len(red.extents) - 1
     if inner < 0 or red.extents[inner] == 1:
         return False

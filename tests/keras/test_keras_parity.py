@@ -66,6 +66,10 @@ CASES = {
     "text_transformer": (lambda **k: workloads.text_transformer(vocab=300, length=20, dropout=0,
                                                                 **k),
                          lambda n: workloads.token_data(n, 20, 300), 16),
+    # Causal self-attention, gelu, AdamW, a logits head on every position.
+    "gpt_decoder": (lambda **k: workloads.gpt_decoder(vocab=200, length=16, width=32, heads=2,
+                                                      **k),
+                    lambda n: workloads.next_token_data(n, 16, 200), 8),
 }
 
 

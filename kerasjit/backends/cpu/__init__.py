@@ -78,8 +78,8 @@ class CpuBackend(Backend):
     races_tensorflow = True     # a compiled cluster keeps its place only if faster (race.py)
     # Batched products under 1024 (M*N*K) cost an sgemm call per batch index as
     # much as a loop; a patch matrix goes to sgemm in few large calls, since each
-    # call synchronises OpenBLAS's threads, which stalls under CPU contention
-    # (reports/tuning-measurements.md).
+    # call synchronises the threads it is split over, which stalls under CPU
+    # contention (reports/tuning-measurements.md).
     target = Target(implicit_gemm=True, min_batched_product=1024, patch_budget_bytes=64 << 20)
 
     def __init__(self):

@@ -10,8 +10,8 @@ import llvmlite.binding as llvm
 
 SGEMM_SYMBOL = "kerasjit_sgemm"
 THREADS_LOCAL_SYMBOL = "kerasjit_blas_threads_local"
-# A GEMM below this many multiply-adds runs on the calling thread alone: OpenBLAS's
-# threads slow such calls and then spin, taking cores from the rest of the step
+# A GEMM below this many multiply-adds runs on one thread; from it on, kerasjit's
+# threads split it (parallel.gemm_parts): threads slow smaller calls
 # (reports/tuning-measurements.md).
 SINGLE_THREAD_MNK = 1 << 23
 _threads_local_found = None   # whether the thread-count setter exists, once registered

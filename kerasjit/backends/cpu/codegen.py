@@ -246,11 +246,9 @@ class _KernelBuilder:
             inner_env, inner_values = bound(counters)
             fold(inner_env, inner_values,
                  [self.render(body, inner_values, inner_env) for body in node.bodies])
-        if 0 in node.extents:
-            pass
-        elif _terms_first(node):
+        if _terms_first(node):
             self._terms_then_fold(node, bound, fold)
-        else:
+        elif 0 not in node.extents:
             self.nest(list(node.extents), step)
         return [b.load(slot, typ=register_type(v.dtype)) for slot, v in zip(slots, node.accs)]
 
@@ -284,7 +282,7 @@ class _KernelBuilder:
 
 
 # Terms a reduction computes into a row on the stack before folding them
-# (_terms_then_fold): at most this many bytes of rows.
+# (_terms_then_fold): at most this many bytes of rows (reports/tuning-measurements.md).
 TERM_ROW_BYTES = 16 << 10
 
 
@@ -292,7 +290,7 @@ def _terms_first(node):
     """Whether Reduce `node` computes its terms ahead of the fold: a costly
     one (a transcendental op), along an innermost dim long enough for vectors
     and short enough for the stack."""
-    inner = node.extents[-1] if node.extents else 0
+    inner = node.extents[-1] if node.extents and 0 not in node.extents else 0
     costly = any(isinstance(n, Op) and OPCODES[n.opcode].cost == TRANSCENDENTAL
                  for body in node.bodies for n in walk(body, into_reductions=False))
     return costly and 8 <= inner and inner * 8 * len(node.bodies) <= TERM_ROW_BYTES
@@ -330,8 +328,9 @@ def _gemm(b, fn, sgemm, call, starts, chunk, threads_local=None, part=None):
     """sgemm on row-major data (GemmCall.column_major) at `starts` (A, B, C),
     once per batch index, on this thread alone by `threads_local` (OpenBLAS's
     per-thread setter, where the BLAS has one: kerasjit's own threads split
-    large products, parallel.gemm_parts). `part`: (lo, hi), one thread's
-    share: those indices of the outermost batch level, else those rows of C."""
+    large products, parallel.gemm_parts). `part`: (axis, lo, hi), one
+    thread's share: those indices of the outermost batch level, or those rows
+    or columns of C."""
     i32, f32, i8 = ir.IntType(32), ir.FloatType(), ir.IntType(8)
 
     def by_reference(ty, value):      # Fortran BLAS takes every argument by pointer
@@ -348,11 +347,18 @@ def _gemm(b, fn, sgemm, call, starts, chunk, threads_local=None, part=None):
     for operand, stride in ((1, rhs_stride), (2, out_stride)):
         if stride:
             starts[operand] = moved(starts[operand], b.mul(chunk, ir.Constant(I64, stride)))
-    if part and not call.batch:       # rows lo..hi of C: columns of the column-major C^T
-        lo, hi = part
+    axis, *bounds = part or (None,)
+    if axis == "rows":        # rows lo..hi of C: columns of the column-major C^T
+        lo, hi = bounds
         n = b.trunc(b.sub(hi, lo), i32)
         starts[0] = moved(starts[0], lo if call.lhs_transposed else b.mul(lo, ir.Constant(I64, ld_a)))
         starts[2] = moved(starts[2], b.mul(lo, ir.Constant(I64, ld_c)))
+    elif axis == "columns":   # columns lo..hi of C: rows of C^T
+        lo, hi = bounds
+        m = b.trunc(b.sub(hi, lo), i32)
+        starts[1] = moved(starts[1], b.mul(lo, ir.Constant(I64, ld_b)) if call.rhs_transposed
+                          else lo)
+        starts[2] = moved(starts[2], lo)
     beta = by_reference(f32, 0.0)
     if call.accumulate:               # the first chunk overwrites, later ones add
         b.store(b.select(b.icmp_signed("==", chunk, ir.Constant(I64, 0)),
@@ -367,19 +373,19 @@ def _gemm(b, fn, sgemm, call, starts, chunk, threads_local=None, part=None):
         b.call(sgemm, [*arguments, rhs, leading[0], lhs, leading[1], beta, out, leading[2]])
     if threads_local is not None:
         previous = b.call(threads_local, [ir.Constant(i32, 1)])
-    _for_each_batch(b, fn, call.batch, starts, product, part if call.batch else None)
+    _for_each_batch(b, fn, call.batch, starts, product, bounds if axis == "batch" else None)
     if threads_local is not None:
         b.call(threads_local, [previous])
 
 
-def _gemm_part(module, sgemm, threads_local, call, name):
+def _gemm_part(module, sgemm, threads_local, call, axis, name):
     """`void name(ptr A, ptr B, ptr C, i64 chunk, i64 lo, i64 hi)`: one thread's
-    share of GemmCall `call` (a part of parallel.gemm_parts's extent)."""
+    share of GemmCall `call`, [lo, hi) along `axis` (parallel.gemm_parts)."""
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * 3 + [I64] * 3), name)
     fn.linkage = "internal"
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     *starts, chunk, lo, hi = fn.args
-    _gemm(b, fn, sgemm, call, starts, chunk, threads_local, (lo, hi))
+    _gemm(b, fn, sgemm, call, starts, chunk, threads_local, (axis, lo, hi))
     b.ret_void()
     return fn
 
@@ -479,10 +485,10 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
                             lambda lhs_rhs_out: eb.call(fn, [lhs_rhs_out[i] for i in (2, a, b)]))
             kernels.append([fn.name])
         elif isinstance(step, GemmCall) and may_split_here and threads_local is not None \
-                and (extent := parallel.gemm_parts(step)):
+                and (parts := parallel.gemm_parts(step)):
             fn = function(("gemm", *parallel.gemm_geometry(step)), lambda fn_name: _gemm_part(
-                module, sgemm, threads_local, step, fn_name))
-            call(fn, (step.lhs, step.rhs, step.out), chunk, True, extent, [])
+                module, sgemm, threads_local, step, parts[0], fn_name))
+            call(fn, (step.lhs, step.rhs, step.out), chunk, True, parts[1], [])
         elif isinstance(step, GemmCall):
             _gemm(eb, entry, sgemm, step, [_buffer_pointer(eb, table, bid) for bid in
                                            (step.lhs, step.rhs, step.out)], chunk, threads_local)

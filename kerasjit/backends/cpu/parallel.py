@@ -67,13 +67,17 @@ def cores_free(steps, blas_threads_local):
 
 
 def gemm_parts(call):
-    """The extent over which sgemm call `call` splits across threads (its
-    outermost batch level, else its rows of C), or 0 to keep it whole: below
-    SINGLE_THREAD_MNK multiply-adds a thread costs more than it saves."""
+    """How sgemm call `call` splits across threads: (axis, extent), the axis
+    "batch" (its outermost batch level), "rows" or "columns" of C; None to
+    keep it whole: below SINGLE_THREAD_MNK multiply-adds a thread costs more
+    than it saves. Each part reads all of the operand the axis does not cut,
+    so a product splits along C's longer side (an MLP layer's 64 rows x 256
+    columns by columns: each part packs half of B, not all of it)."""
     if call.m * call.n * call.k * call.count < SINGLE_THREAD_MNK:
-        return 0
-    extent = call.batch[0][0] if call.batch else call.m
-    return extent if extent >= 2 else 0
+        return None
+    axis, extent = ("batch", call.batch[0][0]) if call.batch else \
+        ("rows", call.m) if call.m >= call.n else ("columns", call.n)
+    return (axis, extent) if extent >= 2 else None
 
 
 def gemm_geometry(call):

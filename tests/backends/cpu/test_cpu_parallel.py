@@ -109,12 +109,17 @@ def test_a_large_kernel_beside_a_small_matmul_is_split(backend):
 
 LARGE_PRODUCTS = {
     # Each from blas.SINGLE_THREAD_MNK multiply-adds on: split over kerasjit's threads
-    # (rows of the product, or its batch indices), each calling sgemm alone.
+    # (along the product's longer side, or its batch indices), each calling sgemm alone.
     "rows": (lambda a, b: tf.matmul(a, b), (rand(301, 256), rand(256, 160))),
-    "transposed_lhs": (lambda a, b: tf.matmul(a, b, transpose_a=True),
-                       (rand(256, 301), rand(256, 160))),
-    "transposed_rhs": (lambda a, b: tf.matmul(a, b, transpose_b=True),
-                       (rand(301, 256), rand(160, 256))),
+    "rows_transposed_lhs": (lambda a, b: tf.matmul(a, b, transpose_a=True),
+                            (rand(256, 301), rand(256, 160))),
+    "rows_transposed_rhs": (lambda a, b: tf.matmul(a, b, transpose_b=True),
+                            (rand(301, 256), rand(160, 256))),
+    "columns": (lambda a, b: tf.matmul(a, b), (rand(96, 256), rand(256, 401))),
+    "columns_transposed_rhs": (lambda a, b: tf.matmul(a, b, transpose_b=True),
+                               (rand(96, 256), rand(401, 256))),
+    "columns_transposed_lhs": (lambda a, b: tf.matmul(a, b, transpose_a=True),
+                               (rand(256, 96), rand(256, 401))),
     "batched": (lambda a, b: tf.matmul(a, b), (rand(7, 96, 128), rand(7, 128, 112))),
     "beside_a_loop": (lambda a, b, x: (tf.matmul(a, b), tf.tanh(x)),
                       (rand(256, 256), rand(256, 256), rand(512, 512))),
