@@ -361,6 +361,27 @@ def _high_word(word64):
     return Op("u64", "shift-right-logical", (word64, Const("u64", 32)))
 
 
+def _rng_state(lw, inst):
+    """The (key, counter low, counter high) words of rng-bit-generator `inst`."""
+    return [lw.operand(inst, 0, (ix.c64(i),)) for i in range(3)]
+
+
+def _counter_plus(lo, hi, n):
+    """The 128-bit counter (lo, hi) plus u64 `n`, the carry into the high word."""
+    new_lo = Op("u64", "add", (lo, n))
+    carry = Op("u64", "convert", (Op("pred", "compare", (new_lo, lo), "LT"),))
+    return new_lo, Op("u64", "add", (hi, carry))
+
+
+def _pick(dtype, i, values, first=0):
+    """values[i - first] for an s64 Expr `i` in [first, first + len(values)),
+    as a chain of selects."""
+    if len(values) == 1:
+        return values[0]
+    return Op(dtype, "select", (ix.compare(i, ix.c64(first), "EQ"), values[0],
+                                _pick(dtype, i, values[1:], first + 1)))
+
+
 def _rng(lw, inst, index, which):
     if inst.attrs.get("algorithm") not in ("rng_philox", "rng_default"):
         raise Unsupported(f"rng-bit-generator algorithm {inst.attrs.get('algorithm')}")
@@ -371,25 +392,15 @@ def _rng(lw, inst, index, which):
     words = bits_shape.size * (2 if wide else 1)
     blocks = -(-words // 4)
     if which == 0:                # new state: counter advanced by the blocks used
-        key, lo, hi = (lw.operand(inst, 0, (ix.c64(i),)) for i in range(3))
-        new_lo = Op("u64", "add", (lo, Const("u64", blocks)))
-        carry = Op("u64", "convert", (Op("pred", "compare", (new_lo, lo), "LT"),))
-        new_hi = Op("u64", "add", (hi, carry))
-        i = index[0]
-        return Op("u64", "select", (ix.compare(i, ix.c64(0), "EQ"), key, Op(
-            "u64", "select", (ix.compare(i, ix.c64(1), "EQ"), new_lo, new_hi))))
+        key, lo, hi = _rng_state(lw, inst)
+        return _pick("u64", index[0], [key, *_counter_plus(lo, hi, Const("u64", blocks))])
 
     def block_words(index):     # at (block, lane): that word of the block's 4
-        key, lo, hi = (lw.operand(inst, 0, (ix.c64(i),)) for i in range(3))
-        block_lo = Op("u64", "add", (lo, Op("u64", "convert", (index[0],))))
-        block_hi = Op("u64", "add", (hi, Op("u64", "convert", (
-            Op("pred", "compare", (block_lo, lo), "LT"),))))
-        out = _philox([_u32(block_lo), _u32(_high_word(block_lo)), _u32(block_hi),
-                       _u32(_high_word(block_hi))], [_u32(key), _u32(_high_word(key))])
-        lane = index[1]
-        return Op("u32", "select", (ix.compare(lane, ix.c64(0), "EQ"), out[0], Op(
-            "u32", "select", (ix.compare(lane, ix.c64(1), "EQ"), out[1], Op(
-                "u32", "select", (ix.compare(lane, ix.c64(2), "EQ"), out[2], out[3]))))))
+        key, lo, hi = _rng_state(lw, inst)
+        block_lo, block_hi = _counter_plus(lo, hi, Op("u64", "convert", (index[0],)))
+        return _pick("u32", index[1], _philox(
+            [_u32(block_lo), _u32(_high_word(block_lo)), _u32(block_hi), _u32(_high_word(block_hi))],
+            [_u32(key), _u32(_high_word(key))]))
     # Each Philox block gives 4 words: computed once, by a kernel of its own
     # whose inner loop over the 4 lanes leaves the rounds loop-invariant.
     words_bid = lw.own_kernel(inst, "philox", "u32", (blocks, 4), block_words)
