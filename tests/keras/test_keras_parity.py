@@ -3,7 +3,9 @@
 The yardstick is Keras+XLA on the same model and data: kerasjit may be no
 further from plain Keras than XLA is (XLA's own rounding differs slightly;
 both are float32 rounding noise that Adam amplifies on near-zero gradients,
-so "as far" is read as within a factor of 2, with a 1e-6 floor),
+so "as far" is read as within a factor of 2, with a floor of NOISE_FLOOR: where
+XLA runs TensorFlow's own convolution kernels its distance is near zero, while
+a different summation order moves a weight by ~1e-6 over the 5 steps),
 and with dropout it must match exactly, since kerasjit reproduces
 TensorFlow's own random stream (XLA's masks differ).
 """
@@ -17,6 +19,7 @@ from kerasjit import workloads
 pytestmark = pytest.mark.tensorflow_reference
 
 STEPS = 5
+NOISE_FLOOR = 2e-6
 
 
 BACKENDS = ["reference", "cpu"]
@@ -101,7 +104,7 @@ def test_parity_with_plain_keras_within_xla_distance(name):
     for backend in BACKENDS:
         jit_w, jit_h = train(build, x, y, batch, backend)
         ours = max_weight_diff(plain_w, jit_w)
-        assert ours <= max(2 * xla_distance, 1e-6), (backend, ours, xla_distance)
+        assert ours <= max(2 * xla_distance, NOISE_FLOOR), (backend, ours, xla_distance)
         assert plain_h.keys() == jit_h.keys()
         for key in plain_h:
             np.testing.assert_allclose(jit_h[key], plain_h[key], rtol=1e-5, atol=1e-6)
