@@ -1,7 +1,8 @@
 """The compile driver: HLO module -> HLO passes -> lowering -> kernel-IR passes -> a backend.
 
     Backend.compile(module)
-      optimize_as_configured     HLO passes, in place (explain() shows the module as compiled)
+      optimize_as_configured     HLO passes, in place (explain() shows the module as compiled;
+                                 the planner's modules come optimised, from the cache)
       backend.cached(key)        code built before for the same module, if the backend keeps any
       lower                      kernel IR: fusion decisions, loop kernels, GEMM calls
         KERNEL_PASSES            each followed by the kernel-IR verifier with KERASJIT_DEBUG=1
@@ -84,13 +85,16 @@ class Backend(abc.ABC):
     races_tensorflow = False    # whether a compiled cluster must beat TensorFlow's (race.py)
     fallback = None             # the backend a cluster its device compiler rejects runs on
     target = None               # what lowering asks of it (kernels/target.py)
+    optimizes = True            # whether it runs the HLO passes on what it compiles
 
-    def compile(self, module, donate=None):
-        """`module` optimised in place and built. donate: {parameter index:
-        output index} whose memory the caller gives up (kernels/aliasing.py)."""
+    def compile(self, module, donate=None, optimized=False):
+        """`module` optimised in place (unless `optimized`: the HLO passes ran
+        already) and built. donate: {parameter index: output index} whose memory
+        the caller gives up (kernels/aliasing.py)."""
         checkpoint()
-        optimize_as_configured(module)
-        checkpoint()
+        if not optimized:
+            optimize_as_configured(module)
+            checkpoint()
         try:
             return self.compile_optimized(module, donate)
         except DeviceCompilerError as e:

@@ -14,8 +14,9 @@ class ReferenceExecutable(Executable):
 
 class ReferenceBackend(Backend):
     name = "reference"
+    optimizes = False
 
-    def compile(self, module, donate=None):
+    def compile(self, module, donate=None, optimized=False):
         """The module as given (the oracle runs no passes); donate is ignored:
         the evaluator's outputs are always new arrays."""
         return ReferenceExecutable(module)

@@ -22,6 +22,7 @@ from ..backends.cpu import cache
 from ..errors import HloParseError
 from ..hlo import parse_module, print_module
 from ..hlo.shape import DTYPES
+from ..passes import optimize_as_configured
 from .collectives import COLLECTIVES
 
 # Ops whose output shape depends on input values: the bridge can only give
@@ -118,22 +119,47 @@ def _literal_values(literal):
     return np.frombuffer(raw, dtype=dtype).reshape(dims)
 
 
-def cached_hlo_module(fn, digest, specs):
-    """hlo_module(fn, *specs), from the compile cache where this graph (its
-    subgraph_function digest) met the bridge before with these specs: the
-    bridge is most of a warm start's compile."""
+def cached_hlo_module(fn, digest, specs, optimized):
+    """hlo_module(fn, *specs), with `optimized` after the HLO passes (what a
+    backend that runs them compiles), from the compile cache where this graph
+    (its subgraph_function digest) met the bridge and this compiler's passes
+    before with these specs: the bridge, parsing its text and the passes were
+    most of a warm start's compile. With KERASJIT_DEBUG or KERASJIT_DUMP_DIR
+    the passes always run (to check or show them)."""
+    key = _bridge_key(digest, specs)
+    if not optimized:
+        return _cached_module(key) or _stored(key, hlo_module(fn, *specs))
+    optimized_key = "optimized-" + hashlib.sha256(
+        f"{key}\n{cache.compiler_fingerprint()}".encode()).hexdigest()
+    rerun = os.environ.get("KERASJIT_DEBUG") or os.environ.get("KERASJIT_DUMP_DIR")
+    module = None if rerun else _cached_module(optimized_key)
+    if module is None:
+        module = optimize_as_configured(_cached_module(key) or _stored(key, hlo_module(fn, *specs)))
+        _stored(optimized_key, module)
+    return module
+
+
+def _bridge_key(digest, specs):
+    """What decides the bridge's HLO of a graph: its digest, the specs, the
+    TensorFlow version, XLA's flags and the devices."""
     key = hashlib.sha256(repr((digest, [(tuple(s.shape), s.dtype.name) for s in specs],
                                tf.__version__, os.environ.get("TF_XLA_FLAGS"),
                                os.environ.get("XLA_FLAGS"),
                                [d.name for d in tf.config.list_logical_devices()])).encode())
-    key = "bridge-" + key.hexdigest()
+    return "bridge-" + key.hexdigest()
+
+
+def _cached_module(key):
     text = cache.load_text(key)
     if text is not None:
         try:
             return parse_module(text)
         except HloParseError:
             pass                   # (not what we stored: made again)
-    module = hlo_module(fn, *specs)
+    return None
+
+
+def _stored(key, module):
     cache.store_text(key, print_module(module))
     return module
 

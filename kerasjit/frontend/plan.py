@@ -146,8 +146,8 @@ class Planner:
     def _compile_fn(self, fn, digest, donate):
         def compile_for(specs):
             checkpoint()
-            module = bridge.cached_hlo_module(fn, digest, specs)
-            return module, self.backend.compile(module, donate)
+            module = bridge.cached_hlo_module(fn, digest, specs, self.backend.optimizes)
+            return module, self.backend.compile(module, donate, optimized=self.backend.optimizes)
         return compile_for
 
     def plan(self):

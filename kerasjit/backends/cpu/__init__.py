@@ -69,7 +69,8 @@ def _record(program, name, blas_threads_local, timed):
     # What the executable needs of the program; expressions live in the code now.
     return {"program": dataclasses.replace(program, steps=[]),
             "objects": _object_code(llvm_ir, name, has_long_loops(program)),
-            "entry": f"{name}_entry", "kernels": kernels, "cores_free": parallel.cores_free(program.steps, blas_threads_local),
+            "entry": f"{name}_entry", "kernels": cache.Listings.of(kernels),
+            "cores_free": parallel.cores_free(program.steps, blas_threads_local),
             "counters": counters and (counters.global_name, counters.labels)}
 
 

@@ -17,6 +17,8 @@ import os
 import pathlib
 import secrets
 import stat
+import zlib
+from collections.abc import Sequence
 
 import llvmlite
 import numpy as np
@@ -28,7 +30,7 @@ from ...hlo.shape import DTYPES
 from ...kernels.ir import Buffer, FusionDecision, KernelProgram
 from ...passes.util import ANNOTATION_ATTRS
 
-FORMAT = 4     # bump when what an entry holds changes
+FORMAT = 5     # bump when what an entry holds changes
 MAGIC = b"kerasjit-cache"
 SUFFIX = ".kjc"
 TEXT_SUFFIX = ".kjt"
@@ -36,6 +38,32 @@ MAX_ENTRY_BYTES = 1 << 30
 SHARED_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 _refused = set()    # directories already warned about in this process
+
+
+class Listings(Sequence):
+    """A cluster's kernel listings, [(name, LLVM IR)], kept compressed until
+    explain() reads them: ResNet50's are 54 MB of text, whose decoding was most
+    of a warm start's load."""
+
+    def __init__(self, compressed):
+        self.compressed = compressed
+
+    @classmethod
+    def of(cls, listings):
+        return cls(zlib.compress(json.dumps(listings).encode(), 1))
+
+    @functools.cached_property
+    def _items(self):
+        return [tuple(k) for k in json.loads(zlib.decompress(self.compressed))]
+
+    def __getitem__(self, i):
+        return self._items[i]
+
+    def __len__(self):
+        return len(self._items)
+
+    def __eq__(self, other):
+        return isinstance(other, Listings) and list(self) == list(other)
 
 
 class BadEntry(Exception):
@@ -243,7 +271,7 @@ def _magic_line(header):
 
 def _encode(key, record):
     """The chunks of an entry holding `record`: magic line, JSON header, blobs."""
-    blobs = list(record["objects"])
+    blobs = [*record["objects"], record["kernels"].compressed]
     program = record["program"]     # its steps are [] (they are in the code)
 
     def constant(buffer):
@@ -255,7 +283,7 @@ def _encode(key, record):
 
     header = {
         "objects": list(range(len(record["objects"]))), "entry": record["entry"],
-        "kernels": record["kernels"], "cores_free": record["cores_free"],
+        "kernels": len(record["objects"]), "cores_free": record["cores_free"],
         "counters": record["counters"],
         "program": {
             "buffers": [{"id": b.id, "dtype": b.dtype, "dims": b.dims, "role": b.role,
@@ -304,7 +332,7 @@ def _decode(data, key):
                             [FusionDecision(*d) for d in plain["decisions"]], dict(plain["storage"]),
                             plain["slot_bytes"], dict(plain["aliases"]))
     return {"program": program, "objects": [bytes(blobs[i]) for i in header["objects"]],
-            "entry": header["entry"], "kernels": [tuple(k) for k in header["kernels"]],
+            "entry": header["entry"], "kernels": Listings(bytes(blobs[header["kernels"]])),
             "cores_free": header["cores_free"],
             "counters": header["counters"] and tuple(header["counters"])}
 

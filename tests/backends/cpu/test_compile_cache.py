@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 import kerasjit
+from kerasjit import workloads
 import kerasjit.backends.cpu as cpu
 from kerasjit.backends.cpu import cache
 from kerasjit.frontend.bridge import hlo_module
@@ -252,22 +253,63 @@ def test_entry_holding_another_key_is_ignored(compile_cache_dir):
     np.testing.assert_allclose(result(other), other(*ARGS).numpy(), rtol=1e-6)
 
 
-def test_the_bridge_meets_a_graph_once(compile_cache_dir, monkeypatch):
-    """A warm start skips TensorFlow's bridge too: its HLO for a graph and specs
-    is cached text; a damaged text is made again."""
+def test_a_warm_start_skips_the_bridge_and_the_passes(compile_cache_dir, monkeypatch):
+    """A warm start runs neither TensorFlow's bridge nor the HLO passes: the
+    optimised HLO for a graph and specs is cached text, and so is the bridge's
+    (what a changed compiler starts from); a damaged text is made again."""
     from kerasjit.frontend import bridge
     first = kerasjit.jit(with_constants, backend="cpu")(*ARGS)
-    (entry,) = compile_cache_dir.glob("bridge-*.kjt")
-    made = []
-    original = bridge.hlo_module
+    (bridged,) = compile_cache_dir.glob("bridge-*.kjt")
+    (optimized,) = compile_cache_dir.glob("optimized-*.kjt")
+    made, passes = [], []
+    original, optimize = bridge.hlo_module, bridge.optimize_as_configured
     monkeypatch.setattr(bridge, "hlo_module", lambda *args: made.append(1) or original(*args))
-    for _ in range(2):
+    monkeypatch.setattr(bridge, "optimize_as_configured",
+                        lambda module: passes.append(1) or optimize(module))
+
+    def run_again(bridge_runs, pass_runs):
         again = kerasjit.jit(with_constants, backend="cpu")(*ARGS)
         for a, b in zip(first, again):
             np.testing.assert_array_equal(a, b)
-        assert made == []
-    entry.write_bytes(entry.read_bytes().replace(b"multiply", b"multiplx"))
-    again = kerasjit.jit(with_constants, backend="cpu")(*ARGS)
-    for a, b in zip(first, again):
-        np.testing.assert_array_equal(a, b)
-    assert made == [1]
+        assert (len(made), len(passes)) == (bridge_runs, pass_runs)
+    run_again(0, 0)
+    run_again(0, 0)
+    optimized.write_bytes(optimized.read_bytes().replace(b"multiply", b"multiplx"))
+    run_again(0, 1)
+    for entry in (optimized, bridged):
+        entry.write_bytes(entry.read_bytes().replace(b"multiply", b"multiplx"))
+    run_again(1, 2)
+
+
+WARM_START_CASES = {
+    "mnist_cnn": (lambda: workloads.mnist_cnn(dropout=0.25),
+                  lambda: workloads.classification_data(32, (28, 28, 1), 10)),
+    "text_lstm": (lambda: workloads.text_rnn("LSTM", vocab=50, length=6, units=8),
+                  lambda: workloads.token_data(32, 6, 50)),
+    "mixed_float16": (lambda: workloads.under_policy("mixed_float16", workloads.mlp)(dropout=0.2),
+                      lambda: workloads.classification_data(32, (784,), 10)),
+}
+
+
+@pytest.mark.parametrize("case", WARM_START_CASES)
+def test_a_warm_start_trains_exactly_as_the_cold_one(compile_cache_dir, case):
+    """The optimised module and the code come from the cache on a warm start;
+    it trains bit for bit as the cold start did (convolutions, a while loop,
+    16-bit floats and dropout's random bits through the cached text)."""
+    import keras
+    build, data = WARM_START_CASES[case]
+    x, y = data()
+
+    def trained():
+        keras.utils.set_random_seed(3)
+        model = kerasjit.wrap(build(), backend="cpu", race=False)
+        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+        (run,) = model._kerasjit.train.programs.values()
+        (cluster,) = run.program.clusters
+        return model.get_weights(), cache.fingerprint(cluster.specializer.module)
+    cold_weights, cold_module = trained()
+    assert list(compile_cache_dir.glob("optimized-*.kjt"))
+    warm_weights, warm_module = trained()
+    assert warm_module == cold_module
+    for cold, warm in zip(cold_weights, warm_weights, strict=True):
+        np.testing.assert_array_equal(cold, warm)
