@@ -311,7 +311,7 @@ def _epilogue(module, ops, program, step, extra):
             prefix = unflatten(b, b.udiv(start, ir.Constant(I64, dims[-1])), dims[:-1])
 
             def element(j, prefix=prefix):
-                index = prefix + [b.add(j, ir.Constant(I64, j0))]
+                index = prefix + [linear(b, j, j0)]
                 value = builder.render(step.epilogue, {}, {"index": index, "reduce": {}})
                 builder.store(step.out, "f32", index, value)
             # Vectorised, not unrolled: the block's rows are unrolled already, and
