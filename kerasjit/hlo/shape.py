@@ -1,4 +1,5 @@
 """HLO shapes: element type plus dimensions, or a tuple of shapes."""
+import functools
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -59,12 +60,23 @@ class Shape:
         return self.size * self.numpy_dtype.itemsize
 
     def __str__(self):
+        return self._text
+
+    def with_layout(self):
+        """The text form with XLA's default (row-major) layout, as dumps print it."""
+        return self._text_with_layout
+
+    # Texts made once per shape (cached_property writes the instance's __dict__,
+    # which a frozen dataclass allows): a module is printed for every pipeline
+    # round and every cache key, each instruction with its operands' shapes.
+    @functools.cached_property
+    def _text(self):
         if self.is_tuple:
             return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
         return f"{self.dtype}[{','.join(map(str, self.dims))}]"
 
-    def with_layout(self):
-        """The text form with XLA's default (row-major) layout, as dumps print it."""
+    @functools.cached_property
+    def _text_with_layout(self):
         if self.is_tuple:
             return "(" + ", ".join(s.with_layout() for s in self.tuple_shapes) + ")"
         if not self.dims:

@@ -37,8 +37,8 @@ class Pipeline:
     def __call__(self, module):
         if self.debug:
             self._check(module, "the input module is invalid", None)
+        before = print_module(module)
         for _ in range(self.max_rounds):
-            before = print_module(module)
             for p in self.passes:
                 signature = _signature(module)
                 module = p(module)
@@ -46,8 +46,10 @@ class Pipeline:
                 if self.debug:
                     self._check(module, f"pass '{p.__name__}' broke the module", signature)
                 self._dump(p.__name__, module)
-            if print_module(module) == before:
+            after = print_module(module)
+            if after == before:
                 break
+            before = after
         return module
 
     def _check(self, module, problem, signature):
