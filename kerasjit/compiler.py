@@ -19,7 +19,7 @@ import os
 
 from .arrays import host
 from .cancel import checkpoint
-from .errors import DeviceCompilerError, warn
+from .errors import DeviceCompilerError, NotCached, warn
 from .kernels.aliasing import alias_donated
 from .kernels.collapse import collapse_loops
 from .kernels.epilogues import fuse_epilogues
@@ -87,25 +87,28 @@ class Backend(abc.ABC):
     target = None               # what lowering asks of it (kernels/target.py)
     optimizes = True            # whether it runs the HLO passes on what it compiles
 
-    def compile(self, module, donate=None, optimized=False):
+    def compile(self, module, donate=None, optimized=False, only_cached=False):
         """`module` optimised in place (unless `optimized`: the HLO passes ran
         already) and built. donate: {parameter index: output index} whose memory
-        the caller gives up (kernels/aliasing.py)."""
+        the caller gives up (kernels/aliasing.py). `only_cached`: NotCached
+        unless the backend's cache holds its code."""
         checkpoint()
         if not optimized:
             optimize_as_configured(module)
             checkpoint()
         try:
-            return self.compile_optimized(module, donate)
+            return self.compile_optimized(module, donate, only_cached)
         except DeviceCompilerError as e:
             if self.fallback is None:
                 raise
             warn(f"kerasjit: {e}; this cluster runs on the {self.fallback.name.upper()} backend")
             return OnHost(self.fallback.compile_optimized(module, donate), str(e))
 
-    def compile_optimized(self, module, donate):
+    def compile_optimized(self, module, donate, only_cached=False):
         key = self.cache_key(module, donate)
         executable = self.cached(key)
+        if executable is None and only_cached:
+            raise NotCached(f"the {self.name} backend holds no code for this module")
         if executable is None:
             with _collector_paused():
                 program = lower(module, self.target, donate)

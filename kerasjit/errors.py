@@ -34,6 +34,10 @@ class DeviceCompilerError(RuntimeError):
     """A device's own compiler (NVRTC) rejected generated code; names the kernel."""
 
 
+class NotCached(Exception):
+    """A compile asked to use only the compile cache met a stage it does not hold."""
+
+
 class KernelVerifyError(ValueError):
     """A kernel program that breaks an invariant of the kernel IR (names the step)."""
 

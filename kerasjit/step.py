@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from .backends import get_backend
 from .cancel import CompileCancelled
-from .errors import warn
+from .errors import NotCached, warn
 from .frontend.functional import UnsupportedGraph, functionalize
 from .frontend.bridge import traced_for_xla
 from .frontend.plan import build_program, whole_step_in_tensorflow
@@ -239,14 +239,27 @@ class CompiledStep:
         return _Run(whole_step_in_tensorflow(concrete, reason, self.store),
                     VariableState([], {}, self.store), out_structure, concrete)
 
-    def _compiled(self, concrete, out_structure):
-        """The traced step made pure, partitioned and compiled."""
+    def _from_cache(self, concrete, out_structure):
+        """The compiled step from the compile cache alone, else None (not all
+        of it is there, or it failed: the background compile meets that again
+        and says so)."""
+        try:
+            return self._compiled(concrete, out_structure, only_cached=True)
+        except Exception:
+            return None
+
+    def _compiled(self, concrete, out_structure, only_cached=False):
+        """The traced step made pure, partitioned and compiled (with
+        `only_cached`, from the compile cache alone, else None)."""
         try:
             fg = functionalize(concrete)
-            program = build_program(fg, self.backend, self.max_shapes, self.events, self.race)
+            program = build_program(fg, self.backend, self.max_shapes, self.events, self.race,
+                                    only_cached)
         except UnsupportedGraph as e:     # the whole step runs as TensorFlow traced it
             warn(f"kerasjit: {self.name} runs in TensorFlow: {e}")
             return self._in_tensorflow(concrete, out_structure, str(e))
+        except NotCached:
+            return None
         recheck = whole_step_in_tensorflow(concrete, "its inputs failed a check", self.store) \
             if fg.checked else None
         return _Run(program, VariableState(fg.variables, fg.state_outputs, self.store),
@@ -288,7 +301,12 @@ class CompiledStep:
             print(f"kerasjit: {what} ...", end="", flush=True)
         start = time.perf_counter()
         traced = self._traced(list(args), flat)
-        if self.background:
+        # A warm start compiles here, from the compile cache, rather than in the
+        # background: it takes less time than TensorFlow's first steps would.
+        cached = self._from_cache(*traced) if self.background else None
+        if cached is not None:
+            self._switch(key, cached, self._in_tensorflow(*traced, "not compiled"))
+        elif self.background:
             self.programs[key] = self._in_tensorflow(*traced, "compiling in the background")
             self.compiling[key] = _Compiling(
                 lambda: self._compiled(*traced),
@@ -299,7 +317,8 @@ class CompiledStep:
         seconds = time.perf_counter() - start
         self.events.append(CompileEvent(start, seconds, what))
         if self.verbose():
-            print(f" {seconds:.1f} s" + ("; compiling in the background, TensorFlow runs "
+            print(f" {seconds:.1f} s" + (" (from the compile cache)" if cached is not None else
+                                        "; compiling in the background, TensorFlow runs "
                                         "the steps meanwhile" if self.background else ""),
                   flush=True)
         return self.programs[key]
@@ -308,14 +327,19 @@ class CompiledStep:
         job, tf_run = self.compiling[key], self.programs[key]
         run = job.adopt(fallback=tf_run)
         if run is not None:
-            self.programs[key] = run
             del self.compiling[key]
-            if run is not tf_run and self.race:
-                self.verdicts[key] = _Verdict(self.name, run, tf_run)
-                if len(run.program.clusters) == 1:
-                    # The verdict times the whole step against TensorFlow's already:
-                    # a race of its one cluster would cost TensorFlow a trace of it.
-                    run.program.clusters[0].race = None
+            self._switch(key, run, tf_run)
+
+    def _switch(self, key, run, tf_run):
+        """`run` serves signature `key` from now on, timed against TensorFlow's
+        whole step `tf_run` on its first calls when racing."""
+        self.programs[key] = run
+        if self.race and any(c.kind == "compiled" for c in run.program.clusters):
+            self.verdicts[key] = _Verdict(self.name, run, tf_run)
+            if len(run.program.clusters) == 1:
+                # The verdict times the whole step against TensorFlow's already:
+                # a race of its one cluster would cost TensorFlow a trace of it.
+                run.program.clusters[0].race = None
 
     def _timed(self, key, run, seconds):
         """A step's time, where the two tiers of its signature are compared."""

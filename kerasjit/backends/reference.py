@@ -16,7 +16,7 @@ class ReferenceBackend(Backend):
     name = "reference"
     optimizes = False
 
-    def compile(self, module, donate=None, optimized=False):
+    def compile(self, module, donate=None, optimized=False, only_cached=False):
         """The module as given (the oracle runs no passes); donate is ignored:
         the evaluator's outputs are always new arrays."""
         return ReferenceExecutable(module)

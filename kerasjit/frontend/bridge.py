@@ -19,7 +19,7 @@ from tensorflow.core.framework import graph_pb2
 from tensorflow.python.ops import control_flow_ops
 
 from ..backends.cpu import cache
-from ..errors import HloParseError
+from ..errors import HloParseError, NotCached
 from ..hlo import parse_module, print_module
 from ..hlo.shape import DTYPES
 from ..passes import optimize_as_configured
@@ -87,9 +87,41 @@ def subgraph_function(nodes, library, inputs, outputs):
     def run(*args):
         return tf.graph_util.import_graph_def(
             graph_def, input_map=dict(zip(inputs, args)), return_elements=outputs, name="")
-    digest = hashlib.sha256(graph_def.SerializeToString(deterministic=True))
+    return run, _digest(graph_def, inputs, outputs)
+
+
+def _digest(graph_def, inputs, outputs):
+    """A hash of the graph with its nodes named by position and its inputs by
+    index: a second copy of a model (layers `dense_1` where the first had
+    `dense`) finds the first one's HLO."""
+    canonical, inputs, outputs = _canonical(graph_def, inputs, outputs)
+    digest = hashlib.sha256(canonical.SerializeToString(deterministic=True))
     digest.update(repr((inputs, outputs)).encode())
-    return run, digest.hexdigest()
+    return digest.hexdigest()
+
+
+def _canonical(graph_def, inputs, outputs):
+    """The graph, its inputs and its outputs with every node named by position
+    and every input tensor by index. Only names change, each to a name TF does
+    not allow (`%`), so no two graphs that differ otherwise look the same;
+    and the attribute numbering custom gradients goes."""
+    names = {n.name: f"%n{i}" for i, n in enumerate(graph_def.node)}
+    fed = {t: f"%in{k}" for k, t in enumerate(inputs)}
+
+    def renamed(t):
+        control = t.startswith("^")
+        node, colon, port = t.lstrip("^").partition(":")
+        if node in names:
+            return "^" * control + names[node] + colon + port
+        return "^" * control + fed.get(node + (colon + port or ":0"), node + colon + port)
+    canonical = graph_pb2.GraphDef()
+    canonical.CopyFrom(graph_def)
+    for n in canonical.node:
+        n.name = names[n.name]
+        n.input[:] = [renamed(i) for i in n.input]
+        # (a per-process counter naming a custom gradient: used while tracing only)
+        n.attr.pop("_gradient_op_type", None)
+    return canonical, [fed[t] for t in inputs], [renamed(t) for t in outputs]
 
 
 def literals_from_proto(serialized):
@@ -119,13 +151,14 @@ def _literal_values(literal):
     return np.frombuffer(raw, dtype=dtype).reshape(dims)
 
 
-def cached_hlo_module(fn, digest, specs, optimized):
+def cached_hlo_module(fn, digest, specs, optimized, only_cached=False):
     """hlo_module(fn, *specs), with `optimized` after the HLO passes (what a
     backend that runs them compiles), from the compile cache where this graph
     (its subgraph_function digest) met the bridge and this compiler's passes
     before with these specs: the bridge, parsing its text and the passes were
     most of a warm start's compile. With KERASJIT_DEBUG or KERASJIT_DUMP_DIR
-    the passes always run (to check or show them)."""
+    the passes always run (to check or show them). `only_cached`: NotCached
+    unless the optimised module comes from the cache."""
     key = _bridge_key(digest, specs)
     if not optimized:
         return _cached_module(key) or _stored(key, hlo_module(fn, *specs))
@@ -133,6 +166,8 @@ def cached_hlo_module(fn, digest, specs, optimized):
         f"{key}\n{cache.compiler_fingerprint()}".encode()).hexdigest()
     rerun = os.environ.get("KERASJIT_DEBUG") or os.environ.get("KERASJIT_DUMP_DIR")
     module = None if rerun else _cached_module(optimized_key)
+    if module is None and only_cached:
+        raise NotCached(f"no optimised HLO under {optimized_key}")
     if module is None:
         module = optimize_as_configured(_cached_module(key) or _stored(key, hlo_module(fn, *specs)))
         _stored(optimized_key, module)

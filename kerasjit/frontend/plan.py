@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..cancel import checkpoint
-from ..errors import warn
+from ..errors import NotCached, warn
 from ..hlo.gemm import dot_layout
 from ..runtime.program import ClusterRun, Program, Specializer
 from ..runtime.race import Race
@@ -41,8 +41,9 @@ def _tensorflow_may_win(module, target):
 
 
 class Planner:
-    def __init__(self, fg, backend, cap=8, events=None, race=True):
+    def __init__(self, fg, backend, cap=8, events=None, race=True, only_cached=False):
         self.fg, self.backend, self.cap, self.events = fg, backend, cap, events
+        self.only_cached = only_cached    # while planning: NotCached where the cache has no code
         self.race = race and backend.races_tensorflow
         self.by_name = {n.name: n for n in fg.nodes}
         self.sources = {n.name for n in fg.nodes if n.op in _SOURCE_OPS}
@@ -146,14 +147,16 @@ class Planner:
     def _compile_fn(self, fn, digest, donate):
         def compile_for(specs):
             checkpoint()
-            module = bridge.cached_hlo_module(fn, digest, specs, self.backend.optimizes)
-            return module, self.backend.compile(module, donate, optimized=self.backend.optimizes)
+            optimized, only_cached = self.backend.optimizes, self.only_cached
+            module = bridge.cached_hlo_module(fn, digest, specs, optimized, only_cached)
+            return module, self.backend.compile(module, donate, optimized, only_cached)
         return compile_for
 
     def plan(self):
         while True:
             runs = self._try_plan()
             if runs is not None:
+                self.only_cached = False     # (shapes met at run time compile as usual)
                 return runs
 
     def _try_plan(self):
@@ -197,6 +200,8 @@ class Planner:
                     continue
                 self.rejected.update((n, e.message) for n in named)
                 return None
+            except NotCached:
+                raise
             except Exception as e:        # our compiler's limits: TF runs it, we say why
                 warn(f"kerasjit: a cluster of {len(members)} ops runs in TensorFlow: "
                      f"{e}")
@@ -204,12 +209,13 @@ class Planner:
         return runs
 
 
-def build_program(fg, backend, cap=8, events=None, race=True):
+def build_program(fg, backend, cap=8, events=None, race=True, only_cached=False):
     """Program for `fg`; run-time compiles are appended to `events`. With `race`
     (and a backend that races), each compiled cluster with an op of
     _RACED_OPS is timed against TensorFlow on its first calls and the
-    faster one keeps it."""
-    planner = Planner(fg, backend, cap, events, race)
+    faster one keeps it. `only_cached`: NotCached unless every compiled
+    cluster's optimised HLO and code come from the compile cache."""
+    planner = Planner(fg, backend, cap, events, race, only_cached)
     clusters = planner.plan()
     constants = dict(fg.resources)
     for t in fg.outputs + list(fg.state_outputs.values()):

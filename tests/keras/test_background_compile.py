@@ -16,6 +16,15 @@ from kerasjit import step as step_module
 from kerasjit.compiler import Backend, Executable
 
 
+@pytest.fixture(autouse=True)
+def _cold_starts(request, monkeypatch):
+    """Every compile here starts cold, in the background (the same model's code
+    from an earlier test would compile at once from the cache), unless the
+    test asks for a cache of its own."""
+    if "compile_cache_dir" not in request.fixturenames:
+        monkeypatch.setenv("KERASJIT_CACHE_DIR", "")
+
+
 def _model():
     keras.utils.set_random_seed(3)
     model = keras.Sequential([keras.Input((12,)), keras.layers.Dense(16, activation="tanh"),
@@ -113,8 +122,8 @@ class _Slow(Executable):
 class _SlowBackend(Backend):
     name = "slow"
 
-    def compile_optimized(self, module, donate):
-        return _Slow(get_backend("cpu").compile_optimized(module, donate))
+    def compile_optimized(self, module, donate, only_cached=False):
+        return _Slow(get_backend("cpu").compile_optimized(module, donate, only_cached))
 
 
 def test_tensorflow_takes_the_step_back_where_it_ran_it_clearly_faster():
@@ -210,3 +219,24 @@ def test_one_off_predict_batch_sizes_share_one_trace_and_no_compile():
     step.wait()
     assert len(step.programs) == 1 and len(step.open_programs) == 1
     assert [e.background for e in model._kerasjit.compile_events].count(True) == 1
+
+
+def test_a_warm_start_runs_compiled_from_the_first_step(compile_cache_dir):
+    """With the step's code in the compile cache, it compiles at once from the
+    cache instead of in the background: the first step already runs compiled,
+    and training matches plain Keras."""
+    x, y = _data()
+    earlier = kerasjit.wrap(_model(), background=True)
+    earlier.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0)
+    earlier._kerasjit.train.wait()           # (its code is in the cache now)
+    plain = _model()
+    plain.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+    model = kerasjit.wrap(_model(), background=True)
+    compiling = []
+    watch = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: compiling.append(bool(model._kerasjit.train.compiling)))
+    model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0, callbacks=[watch])
+    assert compiling == [False] * 16 and _compiled_now(model)
+    assert [e.background for e in model._kerasjit.compile_events] == [False]
+    for ours, theirs in zip(model.get_weights(), plain.get_weights()):
+        np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=2e-5)

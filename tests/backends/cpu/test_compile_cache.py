@@ -15,7 +15,7 @@ import kerasjit
 from kerasjit import workloads
 import kerasjit.backends.cpu as cpu
 from kerasjit.backends.cpu import cache
-from kerasjit.frontend.bridge import hlo_module
+from kerasjit.frontend.bridge import hlo_module, subgraph_function
 
 
 def fn(x, w):
@@ -78,16 +78,31 @@ def test_second_compile_is_a_cache_hit(compile_cache_dir, monkeypatch):
     assert executable.kernels                 # explain() still shows the kernels
 
 
+def renamed(x, w):
+    with tf.name_scope("another_layer"):
+        return fn(x, w)
+
+
 def test_the_key_ignores_names_and_metadata_not_values():
     """A second copy of a model (layers named `dense_1` where the first had
     `dense`) finds the first one's code; another constant does not."""
-    def renamed(x, w):
-        with tf.name_scope("another_layer"):
-            return fn(x, w)
     key = cache.fingerprint
     assert key(hlo_module(renamed, *ARGS)) == key(hlo_module(fn, *ARGS))
     assert "another_layer" in str(hlo_module(renamed, *ARGS))
     assert key(hlo_module(other, *ARGS)) != key(hlo_module(fn, *ARGS))
+
+
+def test_the_bridge_key_ignores_names_not_the_graph():
+    """The cached HLO of a graph serves the same graph with other names (a
+    second copy of a model), never another graph."""
+    def digest(function):
+        graph = tf.function(function).get_concrete_function(
+            *[tf.TensorSpec(a.shape, a.dtype) for a in ARGS]).graph
+        graph_def = graph.as_graph_def()
+        assert any("another_layer" in n.name for n in graph_def.node) == (function is renamed)
+        return subgraph_function(list(graph_def.node), graph_def.library, [],
+                                 [t.name for t in graph.outputs])[1]
+    assert digest(renamed) == digest(fn) != digest(other)
 
 
 @pytest.mark.parametrize("profiled", ["", "1"])
