@@ -74,6 +74,7 @@ class Executable(abc.ABC):
     kernels = ()        # (name, source) of each generated function (explain())
     buffer_bytes = 0    # memory its buffers hold between calls
     multi_step = False  # whether it has run_steps: n steps in one call (runtime/program.py)
+    cache_key = None    # what the backend's compile cache keeps its code under, if it does
 
     @abc.abstractmethod
     def __call__(self, args):

@@ -7,6 +7,7 @@ settled compiled cluster straight through its executable, the per-step
 lookups done once). Variables are read before and written after every call,
 so whoever looks at them between calls sees the compiled state.
 """
+import hashlib
 import os
 import sys
 import threading
@@ -17,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from .backends import get_backend
+from .backends.cpu import cache as compile_cache
 from .cancel import CompileCancelled
 from .errors import NotCached, warn
 from .frontend.functional import UnsupportedGraph, functionalize
@@ -177,6 +179,29 @@ class _Verdict:
     def next_run(self):
         return self.runs[self.turns[self.calls]]
 
+    def _cache_key(self):
+        """The compile cache's name for this verdict: after the code keys of
+        the compiled step's clusters (None where one has none)."""
+        keys = [e.cache_key for c in self.runs["compiled"].program.clusters if c.specializer
+                for e in c.specializer.cache.values()]
+        if not keys or None in keys:
+            return None
+        return "verdict-" + hashlib.sha256("\n".join(keys).encode()).hexdigest()
+
+    def recorded(self):
+        """The tier an earlier run of the same code kept ("compiled" or
+        "tensorflow"), if the compile cache holds its verdict: it is not timed
+        again, since TensorFlow's first call of a large step costs seconds."""
+        key = self._cache_key()
+        kept = key and compile_cache.load_text(key)
+        return kept if kept in self.runs else None
+
+    def record(self):
+        """Keep the decided verdict in the compile cache."""
+        key = self._cache_key()
+        if key is not None:
+            compile_cache.store_text(key, self.kept)
+
     def timed(self, run, seconds):
         """The run to keep once decided, else None."""
         turn = self.turns[self.calls]
@@ -190,7 +215,9 @@ class _Verdict:
             return None
         ours, theirs = min(self.times["compiled"]), min(self.times["tensorflow"])
         if theirs >= self.MARGIN * ours:
+            self.kept = "compiled"
             return self.runs["compiled"]
+        self.kept = "tensorflow"
         warn(f"kerasjit: {self.name} runs in TensorFlow: TensorFlow ran the step "
              f"faster here ({1000 * theirs:.1f} vs {1000 * ours:.1f} ms compiled)")
         return self.runs["tensorflow"]
@@ -305,6 +332,7 @@ class CompiledStep:
         # background: it takes less time than TensorFlow's first steps would.
         cached = self._from_cache(*traced) if self.background else None
         if cached is not None:
+            what = f"{self.name}: tracing, and compiling from the cache, for inputs {shapes}"
             self._switch(key, cached, self._in_tensorflow(*traced, "not compiled"))
         elif self.background:
             self.programs[key] = self._in_tensorflow(*traced, "compiling in the background")
@@ -332,14 +360,23 @@ class CompiledStep:
 
     def _switch(self, key, run, tf_run):
         """`run` serves signature `key` from now on, timed against TensorFlow's
-        whole step `tf_run` on its first calls when racing."""
+        whole step `tf_run` on its first calls when racing (unless the compile
+        cache holds the verdict of an earlier run of the same code)."""
         self.programs[key] = run
-        if self.race and any(c.kind == "compiled" for c in run.program.clusters):
-            self.verdicts[key] = _Verdict(self.name, run, tf_run)
-            if len(run.program.clusters) == 1:
-                # The verdict times the whole step against TensorFlow's already:
-                # a race of its one cluster would cost TensorFlow a trace of it.
-                run.program.clusters[0].race = None
+        if not self.race or not any(c.kind == "compiled" for c in run.program.clusters):
+            return
+        if len(run.program.clusters) == 1:
+            # The verdict times the whole step against TensorFlow's already:
+            # a race of its one cluster would cost TensorFlow a trace of it.
+            run.program.clusters[0].race = None
+        verdict = _Verdict(self.name, run, tf_run)
+        recorded = verdict.recorded()
+        if recorded is None:
+            self.verdicts[key] = verdict
+        elif recorded == "tensorflow":
+            warn(f"kerasjit: {self.name} runs in TensorFlow: TensorFlow ran the step "
+                 "faster here (timed on an earlier run of this code)")
+            self.programs[key] = tf_run
 
     def _timed(self, key, run, seconds):
         """A step's time, where the two tiers of its signature are compared."""
@@ -347,7 +384,7 @@ class CompiledStep:
             kept = self.verdicts[key].timed(run, seconds)
             if kept is not None:
                 self.programs[key] = kept
-                del self.verdicts[key]
+                self.verdicts.pop(key).record()
 
     def _any_batch_size(self, key, flat, args):
         """The step as TensorFlow runs it for a signature that is not compiled,

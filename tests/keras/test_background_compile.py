@@ -240,3 +240,27 @@ def test_a_warm_start_runs_compiled_from_the_first_step(compile_cache_dir):
     assert [e.background for e in model._kerasjit.compile_events] == [False]
     for ours, theirs in zip(model.get_weights(), plain.get_weights()):
         np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=2e-5)
+
+
+def test_a_warm_start_keeps_the_verdict_of_the_earlier_run(compile_cache_dir):
+    """The step verdict (compiled against TensorFlow's whole step) is kept in
+    the compile cache with the code: a warm start applies it without timing
+    TensorFlow's step again (its first call of a large step costs seconds)."""
+    from kerasjit.backends.cpu import cache
+    x, y = _data(64)
+    earlier = kerasjit.wrap(_model(), background=True)
+    earlier.fit(x, y, batch_size=8, epochs=3, shuffle=False, verbose=0, callbacks=[_Watch()])
+    assert not earlier._kerasjit.train.verdicts        # (decided in the last 16 steps)
+    (recorded,) = compile_cache_dir.glob("verdict-*.kjt")
+    kept = cache.load_text(recorded.stem)
+    assert kept in ("compiled", "tensorflow")
+    cache.store_text(recorded.stem, "compiled")
+    model = kerasjit.wrap(_model(), background=True)
+    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    assert not model._kerasjit.train.verdicts and _compiled_now(model)
+    cache.store_text(recorded.stem, "tensorflow")
+    model = kerasjit.wrap(_model(), background=True)
+    with pytest.warns(RuntimeWarning, match="TensorFlow ran the step faster here "
+                                            r"\(timed on an earlier run of this code\)"):
+        model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    assert not _compiled_now(model)

@@ -119,8 +119,10 @@ class CpuBackend(Backend):
 
     def _executable(self, key):
         record, address = self.loaded[key]
-        return CpuExecutable(record["program"], address, record["kernels"],
-                             record["cores_free"])
+        executable = CpuExecutable(record["program"], address, record["kernels"],
+                                   record["cores_free"])
+        executable.cache_key = key
+        return executable
 
 
 BACKEND = CpuBackend()
