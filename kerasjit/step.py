@@ -20,7 +20,7 @@ import tensorflow as tf
 from .backends import get_backend
 from .backends.cpu import cache as compile_cache
 from .cancel import CompileCancelled
-from .errors import NotCached, warn
+from .errors import warn
 from .frontend.functional import UnsupportedGraph, functionalize
 from .frontend.bridge import traced_for_xla
 from .frontend.plan import build_program, whole_step_in_tensorflow
@@ -268,8 +268,8 @@ class CompiledStep:
 
     def _from_cache(self, concrete, out_structure):
         """The compiled step from the compile cache alone, else None (not all
-        of it is there, or it failed: the background compile meets that again
-        and says so)."""
+        of it is there: NotCached, or it failed: the background compile meets
+        that again and says so)."""
         try:
             return self._compiled(concrete, out_structure, only_cached=True)
         except Exception:
@@ -277,7 +277,7 @@ class CompiledStep:
 
     def _compiled(self, concrete, out_structure, only_cached=False):
         """The traced step made pure, partitioned and compiled (with
-        `only_cached`, from the compile cache alone, else None)."""
+        `only_cached`, from the compile cache alone, else NotCached)."""
         try:
             fg = functionalize(concrete)
             program = build_program(fg, self.backend, self.max_shapes, self.events, self.race,
@@ -285,8 +285,6 @@ class CompiledStep:
         except UnsupportedGraph as e:     # the whole step runs as TensorFlow traced it
             warn(f"kerasjit: {self.name} runs in TensorFlow: {e}")
             return self._in_tensorflow(concrete, out_structure, str(e))
-        except NotCached:
-            return None
         recheck = whole_step_in_tensorflow(concrete, "its inputs failed a check", self.store) \
             if fg.checked else None
         return _Run(program, VariableState(fg.variables, fg.state_outputs, self.store),
