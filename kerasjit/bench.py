@@ -1,14 +1,18 @@
-"""`python -m kerasjit.bench`: plain Keras vs Keras+XLA vs kerasjit, in one run.
+"""`python -m kerasjit.bench`: plain Keras vs Keras+XLA vs Keras on JAX vs kerasjit, in one run.
 
 Each contender trains its own copy of a model on the same synthetic data, in
-interleaved rounds so drift in the machine's speed hits all alike. Timed: an
-epoch of `fit` (shuffled; also with steps_per_execution), `evaluate` and
-`predict`; speed is the median round after the first. Compile time is a
-model's first short call minus its next ones (cache empty, then from the
-cache for kerasjit). Writes reports/benchmark.csv and .md (--name changes the
-stem; --backend picks kerasjit's backend, e.g. gpu).
+interleaved rounds so drift in the machine's speed hits all alike; Keras on
+JAX (where jax is installed; --no-jax leaves it out) in a process of its own
+that this one drives round by round. Timed: an epoch of `fit` (shuffled;
+also with steps_per_execution), `evaluate` and `predict`; speed is the
+median round after the first. Compile time is a model's first short call
+minus its next ones (cache empty, then from the cache for kerasjit). Writes
+reports/benchmark.csv and .md (--name changes the stem; --backend picks
+kerasjit's backend, e.g. gpu).
 """
 import argparse
+import contextlib
+import importlib.util
 import os
 import platform
 import shutil
@@ -17,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 def _parser():
@@ -34,6 +37,8 @@ def _parser():
     parser.add_argument("--image-size", type=int, default=150)
     parser.add_argument("--models", nargs="*", help="subset of model names")
     parser.add_argument("--backend", default="auto", help="kerasjit's backend (auto, cpu, gpu)")
+    parser.add_argument("--no-jax", action="store_true",
+                        help="leave out Keras on JAX (keras_jax, a process of its own)")
     parser.add_argument("--busy", type=int, default=0, metavar="N",
                         help="run N busy-loop processes beside the benchmark (a busy machine)")
     parser.add_argument("--out", default="reports")
@@ -52,143 +57,59 @@ import pandas as pd  # noqa: E402
 import psutil  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from kerasjit import workloads  # noqa: E402
 from kerasjit.backends import get_backend  # noqa: E402
+from kerasjit.bench_peer import JaxPeer  # noqa: E402
+from kerasjit.bench_suite import (Contender, build_model, runner, short_call_samples,  # noqa: E402
+                                  steps_per_execution_for, suite, timed)
 
-CONTENDERS = ("keras", "keras_xla", "kerasjit")
-STEPS_PER_EXECUTION = 50
+CONTENDERS = ("keras", "keras_xla", "keras_jax", "kerasjit")
 # Before each timed call: the worker threads the previous call woke (TensorFlow's,
 # XLA's and OpenBLAS's pools spin a while before sleeping) must not steal the
 # cores from the next contender, as they would not in a process of its own.
 PAUSE_S = 0.5
 
 
-@dataclass
-class Workload:
-    build: object           # build(jit_compile) -> compiled Keras model
-    data: object            # data(n) -> (x, y) of n samples
-    batch: int
-    steps: int              # batches per epoch
-    modes: tuple            # of "fit", "fit_spe", "evaluate", "predict"
-
-
-def _images(shape, classes):
-    return lambda n: workloads.classification_data(n, shape, classes)
-
-
-def _workloads(args):
-    everything = ("fit", "fit_spe", "evaluate", "predict")
-    return {
-        "softmax_regression": Workload(workloads.softmax_regression, _images((784,), 10), 100,
-                                       args.softmax_steps, everything),
-        "mlp_784_256_10": Workload(lambda jit_compile=False: workloads.mlp(0, jit_compile),
-                                   _images((784,), 10), 64, args.steps,
-                                   ("fit", "evaluate", "predict")),
-        "mnist_cnn": Workload(workloads.mnist_cnn, _images((28, 28, 1), 10), 128,
-                              args.mnist_steps, ("fit", "evaluate", "predict")),
-        "text_cnn": Workload(workloads.text_cnn, lambda n: workloads.token_data(n, 40, 1000), 64,
-                             args.steps, ("fit", "evaluate", "predict")),
-        "text_transformer": Workload(workloads.text_transformer,
-                                     lambda n: workloads.token_data(n, 40, 1000), 64, args.steps,
-                                     ("fit", "evaluate", "predict")),
-        "text_lstm": Workload(lambda jit_compile=False: workloads.text_rnn(
-            "LSTM", jit_compile=jit_compile), lambda n: workloads.token_data(n, 40, 1000), 64,
-            args.steps, ("fit", "evaluate", "predict")),
-        "text_gru": Workload(lambda jit_compile=False: workloads.text_rnn(
-            "GRU", jit_compile=jit_compile), lambda n: workloads.token_data(n, 40, 1000), 64,
-            args.steps, ("fit",)),
-        "mnist_cnn_mixed_f16": Workload(workloads.under_policy("mixed_float16",
-                                                               workloads.mnist_cnn),
-                                        _images((28, 28, 1), 10), 128, args.mnist_steps,
-                                        ("fit",)),
-        "gpt_decoder": Workload(workloads.gpt_decoder,
-                                lambda n: workloads.next_token_data(n, 40, 1000), 16, args.steps,
-                                ("fit",)),
-        "pooling_cnn": Workload(workloads.pooling_cnn, _images((32, 32, 3), 10), 64,
-                                args.steps, ("fit",)),
-        "convnext_block": Workload(workloads.convnext_block, _images((32, 32, 3), 10), 64,
-                                   args.steps, ("fit",)),
-        f"elephant_cnn_{args.image_size}": Workload(
-            lambda jit_compile=False: workloads.elephant_cnn(args.image_size, jit_compile),
-            _images((args.image_size, args.image_size, 3), 1), 64, args.cnn_steps, ("fit",)),
-    }
-
-
 def _make(contender, build, backend, steps_per_execution=1):
-    keras.utils.set_random_seed(0)
-    model = build(jit_compile=(contender == "keras_xla"))
-    model.steps_per_execution = steps_per_execution   # read when Keras builds its loop
+    model = build_model(build, contender == "keras_xla", steps_per_execution)
     return kerasjit.wrap(model, backend=backend, background=False) if contender == "kerasjit" \
         else model
 
 
-def _runner(mode, model, x, y, batch):
-    """What one timed round of `mode` runs."""
-    if mode in ("fit", "fit_spe"):
-        return lambda: model.fit(x, y, batch_size=batch, epochs=1, verbose=0)
-    if mode == "evaluate":
-        return lambda: model.evaluate(x, y, batch_size=batch, verbose=0)
-    return lambda: model.predict(x, batch_size=batch, verbose=0)
-
-
-def _steps_per_execution(mode):
-    return STEPS_PER_EXECUTION if mode == "fit_spe" else 1
-
-
-def _timed(run):
-    start = time.perf_counter()
-    run()
-    return time.perf_counter() - start
-
-
-def bench_model(name, work, rounds, backend="auto"):
+def bench_model(name, work, rounds, backend="auto", keras_jax=None):
+    """The rows of one workload; `keras_jax`: a JaxPeer with it loaded (None: not measured)."""
     x, y = work.data(work.steps * work.batch)
-    models = {c: _make(c, work.build, backend) for c in CONTENDERS}
-    spe_models = {c: _make(c, work.build, backend, STEPS_PER_EXECUTION) for c in CONTENDERS} \
-        if "fit_spe" in work.modes else {}
-
-    def model(mode, c):
-        return (spe_models if mode == "fit_spe" else models)[c]
-
-    # Compile time: each model's first call minus its next ones, on a call of
-    # a few batches (an epoch's own variation would swamp it); the same batch
-    # shapes as the timed rounds, which then run compiled code.
-    short = {mode: work.batch * max(2, _steps_per_execution(mode)) for mode in work.modes}
-    first, again = {}, {}
-    process = psutil.Process()
-    rss = {}
+    contenders = {c: keras_jax if c == "keras_jax" else
+                  Contender(work, x, y, lambda spe: _make(c, work.build, backend, spe))
+                  for c in CONTENDERS if c != "keras_jax" or keras_jax is not None}
+    # Compile time: each model's first call minus its next ones, on a call of a few batches.
+    first, again, rss = {}, {}, {}
     for mode in work.modes:
-        for c in CONTENDERS:
-            run = _runner(mode, model(mode, c), x[:short[mode]], y[:short[mode]], work.batch)
+        for c, contender in contenders.items():
             time.sleep(PAUSE_S)
-            before = process.memory_info().rss
-            first[mode, c] = _timed(run)
-            rss[mode, c] = (process.memory_info().rss - before) / 2**20
-            again[mode, c] = min(_timed(run) for _ in range(3))
-    runs = {(mode, c): _runner(mode, model(mode, c), x, y, work.batch)
-            for mode in work.modes for c in CONTENDERS}
-    times = {key: [] for key in runs}
+            first[mode, c], again[mode, c], rss[mode, c] = contender.first_calls(mode)
+    times = {(mode, c): [] for mode in work.modes for c in contenders}
     for r in range(rounds):
-        for (mode, c), run in runs.items():
+        for mode, c in times:
             time.sleep(PAUSE_S)
-            times[mode, c].append(_timed(run))
+            times[mode, c].append(contenders[c].round(mode))
         print(f"  {name} round {r + 1}/{rounds}: " + ", ".join(
             f"{mode}/{c} {t[-1]:.3f}s" for (mode, c), t in times.items()), flush=True)
     # kerasjit's compile again, for a new copy of the model: its native code now comes
     # from the compile cache, as on every run after a model's first.
     cached = {}
     for mode in work.modes:
-        fresh = _make("kerasjit", work.build, backend, _steps_per_execution(mode))
-        cached[mode] = _timed(_runner(mode, fresh, x[:short[mode]], y[:short[mode]],
-                                      work.batch)) - again[mode, "kerasjit"]
+        fresh = _make("kerasjit", work.build, backend, steps_per_execution_for(mode))
+        short = short_call_samples(work, mode)
+        cached[mode] = timed(runner(mode, fresh, x[:short], y[:short], work.batch)) \
+            - again[mode, "kerasjit"]
     rows = []
     for mode in work.modes:
         base = statistics.median(times[mode, "keras"][1:])
-        for c in CONTENDERS:
+        for c in contenders:
             median = statistics.median(times[mode, c][1:])
             rows.append({"model": name, "mode": mode, "contender": c, "batch": work.batch,
                          "steps": work.steps,
-                         "steps_per_execution": _steps_per_execution(mode),
+                         "steps_per_execution": steps_per_execution_for(mode),
                          "median_s": median, "ms_per_step": 1000 * median / work.steps,
                          "compile_s": max(0.0, first[mode, c] - again[mode, c]),
                          "compile_cached_s": max(0.0, cached[mode]) if c == "kerasjit"
@@ -225,22 +146,45 @@ def busy_loops(n):
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
-def write_reports(rows, out_dir, command, name="benchmark", backend="auto", busy=0):
+_COMPARED = {"keras": "Keras", "keras_xla": "Keras+XLA", "keras_jax": "Keras on JAX"}
+
+
+def _kerasjit_speedups(rows):
+    """Markdown lines: per model and mode, kerasjit's speedup over each other
+    contender measured (its ms/step over kerasjit's), in bold where under 1."""
+    ms = {(r["model"], r["mode"], r["contender"]): r["ms_per_step"] for r in rows}
+    others = [c for c in _COMPARED if any(r["contender"] == c for r in rows)]
+    lines = ["| model | mode | " + " | ".join(f"kerasjit vs {_COMPARED[c]}" for c in others)
+             + " |", "|---|---|" + "---:|" * len(others)]
+    for model, mode in dict.fromkeys((r["model"], r["mode"]) for r in rows):
+        speedups = (ms[model, mode, c] / ms[model, mode, "kerasjit"] for c in others)
+        lines.append(f"| {model} | {mode} | " + " | ".join(
+            f"**{s:.2f}x**" if s < 1 else f"{s:.2f}x" for s in speedups) + " |")
+    return lines
+
+
+def write_reports(rows, out_dir, command, name="benchmark", backend="auto", busy=0,
+                  keras_jax="not measured"):
+    """`keras_jax`: the header's word on Keras on JAX (its JAX, or why it was not measured)."""
     os.makedirs(out_dir, exist_ok=True)
     table = pd.DataFrame(rows)
     table.to_csv(os.path.join(out_dir, f"{name}.csv"), index=False, float_format="%.6g")
     beside = f"; {busy} busy-loop process(es) ran beside the benchmark" if busy else ""
     lines = ["# kerasjit benchmark", "",
-             f"Machine: {machine(backend)}{beside}", "",
+             f"Machine: {machine(backend)}; Keras on JAX: {keras_jax}{beside}", "",
              f"Command: `{command}` ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
-             "Median round after the first; contenders interleaved round by round in one "
-             "process. A round is one call: an epoch of `fit` with default arguments "
+             "Median round after the first; contenders interleaved round by round: plain "
+             "Keras, Keras+XLA and kerasjit in the benchmark's process, Keras on JAX "
+             "(`keras_jax`, its steps jit-compiled, Keras's default on JAX) in a process of "
+             "its own, which the benchmark drives round by round, waiting for each of its "
+             "calls. A round is one call: an epoch of `fit` with default arguments "
              "(shuffled), the same with `steps_per_execution` (`fit_spe`), `evaluate` or "
              "`predict` over the same data. `compile s`, measured before the rounds on calls "
              "of a few batches (2, or one execution of `fit_spe`): a model's first call "
              "minus its next ones, with kerasjit's compile cache empty; `cached` = the same "
              "for a new copy of the model afterwards, its native code from the cache (as on "
-             "every run after a model's first). RSS growth: over that first call.", "",
+             "every run after a model's first). RSS growth: over that first call, in the "
+             "contender's process.", "",
              "| model | mode | contender | ms/step | speedup vs Keras | compile s "
              "| cached | first-call RSS growth MB |",
              "|---|---|---|---:|---:|---:|---:|---:|"]
@@ -249,6 +193,8 @@ def write_reports(rows, out_dir, command, name="benchmark", backend="auto", busy
                      f"{r['speedup_vs_keras']:.2f}x | {r['compile_s']:.2f} | "
                      f"{'' if r['contender'] != 'kerasjit' else format(r['compile_cached_s'], '.2f')} | "
                      f"{r['first_call_rss_growth_mb']:.0f} |")
+    lines += ["", "kerasjit's speedup over each other contender (that one's ms/step over "
+              "kerasjit's; in bold where kerasjit is not ahead):", "", *_kerasjit_speedups(rows)]
     with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     return table
@@ -264,20 +210,31 @@ def check_models(parser, chosen, known):
 def main(argv=None):
     parser = _parser()
     args = parser.parse_args(argv)
-    check_models(parser, args.models, _workloads(args))
+    workloads = suite(args)
+    check_models(parser, args.models, workloads)
+    jax_left_out = "--no-jax" if args.no_jax else \
+        None if importlib.util.find_spec("jax") else "jax is not installed"
+    if jax_left_out == "jax is not installed":
+        print("keras_jax not measured: jax is not installed; pip install 'jax[cpu]'", flush=True)
     # Compile times from an empty compile cache (a temporary one, gone afterwards).
     os.environ["KERASJIT_CACHE_DIR"] = cache = tempfile.mkdtemp(prefix="kerasjit-bench-")
     rows, busy = [], busy_loops(args.busy)
     try:
-        for name, work in _workloads(args).items():
-            if not args.models or name in args.models:
-                rows += bench_model(name, work, args.rounds, args.backend)
+        # One Keras-on-JAX peer for the whole run, as the benchmark's process serves the
+        # other contenders: JAX starts once; each load drops the previous workload.
+        with contextlib.nullcontext() if jax_left_out else JaxPeer() as peer:
+            for name, work in workloads.items():
+                if not args.models or name in args.models:
+                    if peer:
+                        peer.load(name, vars(args))
+                    rows += bench_model(name, work, args.rounds, args.backend, peer)
     finally:
         for process in busy:
             process.kill()
         shutil.rmtree(cache, ignore_errors=True)
     table = write_reports(rows, args.out, "python -m kerasjit.bench " + " ".join(argv or []),
-                          args.name, args.backend, args.busy)
+                          args.name, args.backend, args.busy,
+                          f"not measured ({jax_left_out})" if jax_left_out else peer.description)
     print(table.to_string(index=False))
 
 

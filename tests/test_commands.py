@@ -1,5 +1,7 @@
 """The benchmark commands: a wrong model name is an error that lists the
-models; the data-parallel benchmark writes its report."""
+models; the benchmark times its four contenders (Keras on JAX through its
+peer process, which loads no TensorFlow); the data-parallel benchmark writes
+its report."""
 import subprocess
 import sys
 
@@ -7,6 +9,7 @@ import pandas as pd
 import pytest
 
 from kerasjit import bench, bench_distribute
+from kerasjit.bench_peer import JaxPeer
 
 
 @pytest.mark.parametrize("command", [bench, bench_distribute])
@@ -15,6 +18,42 @@ def test_an_unknown_model_is_refused_with_the_known_ones(command, capsys):
         command.main(["--models", "nonsense", "mnist_cnn"])
     assert exited.value.code == 2
     assert "no model nonsense; models: " in capsys.readouterr().err
+
+
+def test_the_benchmark_times_every_contender_in_every_mode(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "kerasjit.bench", "--models", "softmax_regression",
+                           "--softmax-steps", "4", "--rounds", "2", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    table = pd.read_csv(tmp_path / "benchmark.csv")
+    assert sorted(zip(table["mode"], table["contender"])) == sorted(
+        (mode, c) for mode in ("fit", "fit_spe", "evaluate", "predict") for c in bench.CONTENDERS)
+    assert (table["ms_per_step"] > 0).all()
+    report = (tmp_path / "benchmark.md").read_text()
+    assert "Keras on JAX: JAX " in report
+    assert ("| model | mode | kerasjit vs Keras | kerasjit vs Keras+XLA "
+            "| kerasjit vs Keras on JAX |") in report
+
+
+def test_the_keras_on_jax_peer_times_a_round_without_tensorflow():
+    args = vars(bench._parser().parse_args(["--softmax-steps", "4"]))
+    with JaxPeer() as peer:
+        peer.load("softmax_regression", args)
+        assert peer.round("fit") > 0
+        with pytest.raises(RuntimeError, match="KeyError: 'nonsense'"):
+            peer.load("nonsense", args)
+        assert peer.tensorflow_loaded is False
+
+
+def test_a_report_without_keras_on_jax_says_so_and_compares_with_the_others(tmp_path):
+    rows = [{"model": "m", "mode": "fit", "contender": c, "ms_per_step": ms, "compile_s": 1.0,
+             "compile_cached_s": 0.5, "speedup_vs_keras": 4 / ms, "first_call_rss_growth_mb": 1}
+            for c, ms in [("keras", 4.0), ("keras_xla", 1.0), ("kerasjit", 2.0)]]
+    bench.write_reports(rows, tmp_path, "bench", keras_jax="not measured (--no-jax)")
+    report = (tmp_path / "benchmark.md").read_text()
+    assert "Keras on JAX: not measured (--no-jax)" in report
+    assert "| model | mode | kerasjit vs Keras | kerasjit vs Keras+XLA |\n" in report
+    assert "| m | fit | 2.00x | **0.50x** |" in report
 
 
 def test_the_data_parallel_benchmark_times_both_contenders(tmp_path):
