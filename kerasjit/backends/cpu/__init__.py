@@ -11,7 +11,7 @@ from ...cancel import checkpoint
 from ...compiler import Backend
 from ...kernels.ir import LoopKernel, leaf_steps
 from ...kernels.target import Target
-from . import cache, engine, parallel, profile, workers
+from . import cache, engine, parallel, profile, thread_pool, workers
 from .blas import register_blas_symbols
 from .codegen import long_running, render_program
 from .executable import CpuExecutable
@@ -110,6 +110,7 @@ class CpuBackend(Backend):
         return self._executable(key)
 
     def _load(self, key, record):
+        thread_pool.link()         # (what split kernels call)
         address = engine.load_objects(record["objects"], record["entry"])
         if record.get("counters"):
             global_name, labels = record["counters"]

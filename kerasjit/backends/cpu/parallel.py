@@ -1,12 +1,11 @@
 """Threads for large loop kernels: the outermost loop cut into one part per core.
 
 A split kernel takes rows [lo, hi) of its outermost loop as two extra
-arguments; its `{kernel}_task(ptr part)` (a pthread start routine) runs it on
-one part {table, chunk, lo, hi}. `kerasjit_split` starts a pthread for every
-part but the first, runs that one itself, then joins the others. Threads are
-per call, not pooled: nothing to shut down, no state shared between calls.
-Results are bit-identical to one thread. The thread count is read at run time
-from `kerasjit_threads`, so a cached object follows the loading process's affinity.
+arguments; its `{kernel}_task(ptr part)` runs it on one part {table, chunk,
+lo, hi}, and `kerasjit_split` runs the parts on the process's pool of threads
+(thread_pool.py). Results are bit-identical to one thread. The thread count
+is read at run time from `kerasjit_threads`, so a cached object follows the
+loading process's affinity.
 """
 import ctypes
 import math
@@ -18,12 +17,11 @@ from llvmlite import ir
 from ...hlo.opcodes import OPCODES, TRANSCENDENTAL
 from ...kernels.ir import (GemmCall, Index, Op, Reduce, ReduceVar, ScatterKernel, children,
                            leaf_steps, walk)
-from . import narrow_gemm
+from . import narrow_gemm, thread_pool
 from .blas import SINGLE_THREAD_MNK
-from .llvm_types import I1, I32, I64, PTR, run_time_loop
+from .llvm_types import I32, I64, PTR
+from .thread_pool import PART, TASK, THREADS_SYMBOL
 
-THREADS_SYMBOL = "kerasjit_threads"
-SPLIT_SYMBOL = "kerasjit_split"
 
 # Break-even work for a second thread (reports/tuning-measurements.md);
 # work = elements x varying ops x reduction terms, a libm-like op counting LIBM_COST.
@@ -34,9 +32,6 @@ LIBM_COST = 16
 # OpenBLAS's threads busy-wait after each threaded sgemm, leaving no core free;
 # this is its generic threading threshold (reports/tuning-measurements.md).
 BLAS_THREADED_MNK = 1 << 18
-
-PART = ir.LiteralStructType([PTR, I64, I64, I64])     # table, chunk, lo, hi
-TASK = ir.FunctionType(PTR, [PTR])                    # a pthread start routine
 
 
 def usable_cores():
@@ -105,7 +100,8 @@ def worth_splitting(kernel, outer_dims):
 
 def call_split(b, kernel_fn, load_buffers, table, chunk, extent):
     """At `b`: run `kernel_fn` (buffers..., chunk, lo, hi) over [0, extent) on
-    all threads; `load_buffers(builder, table)` gives its buffer arguments."""
+    all threads (thread_pool.py); `load_buffers(builder, table)` gives its
+    buffer arguments."""
     module = kernel_fn.module
     task = ir.Function(module, TASK, module.get_unique_name(f"{kernel_fn.name}_task"))
     task.linkage = "internal"
@@ -115,7 +111,7 @@ def call_split(b, kernel_fn, load_buffers, table, chunk, extent):
                       typ=ty) for i, ty in enumerate(PART.elements)]
     tb.call(kernel_fn, load_buffers(tb, fields[0]) + fields[1:])
     tb.ret(ir.Constant(PTR, None))
-    b.call(_splitter(module), [task, table, chunk, ir.Constant(I64, extent)])
+    b.call(thread_pool.declare_split(module), [task, table, chunk, ir.Constant(I64, extent)])
     return task
 
 
@@ -126,49 +122,3 @@ def pthreads(module):
     return (ir.Function(module, ir.FunctionType(I32, [PTR, PTR, PTR, PTR]), "pthread_create"),
             ir.Function(module, ir.FunctionType(I32, [I64, PTR]), "pthread_join"),
             ir.GlobalVariable(module, I64, THREADS_SYMBOL))
-
-
-def _splitter(module):
-    """`void kerasjit_split(ptr task, ptr table, i64 chunk, i64 extent)`."""
-    fn = module.globals.get(SPLIT_SYMBOL)
-    if fn is not None:
-        return fn
-    # (`task` typed as a function pointer: llvmlite calls through no other kind)
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [TASK.as_pointer(), PTR, I64, I64]),
-                     SPLIT_SYMBOL)
-    fn.linkage = "internal"
-    create, join, threads = pthreads(module)
-    task, table, chunk, extent = fn.args
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    n = b.load(threads, typ=I64)
-    n = b.select(b.icmp_signed("<", extent, n), extent, n)       # no empty parts
-    n = b.select(b.icmp_signed("<", n, ir.Constant(I64, 1)), ir.Constant(I64, 1), n)
-    parts = b.alloca(PART, size=n)
-    ids = b.alloca(I64, size=n)
-    started = b.alloca(I1, size=n)
-    one = ir.Constant(I64, 1)
-
-    def part(t):                   # rows [extent * t / n, extent * (t + 1) / n)
-        p = b.gep(parts, [t])      # (allocas are typed pointers in llvmlite: no source_etype)
-        rows = [b.sdiv(b.mul(extent, x), n) for x in (t, b.add(t, one))]
-        for i, value in enumerate([table, chunk] + rows):
-            b.store(value, b.gep(p, [ir.Constant(I32, 0), ir.Constant(I32, i)]))
-        return p
-
-    def start(t):
-        p = part(t)
-        rc = b.call(create, [b.gep(ids, [t], source_etype=I64), ir.Constant(PTR, None), task, p])
-        ok = b.icmp_signed("==", rc, ir.Constant(I32, 0))
-        b.store(ok, b.gep(started, [t], source_etype=I1))
-        with b.if_then(b.not_(ok)):     # no thread to be had: run that part here
-            b.call(task, [p])
-
-    def finish(t):
-        with b.if_then(b.load(b.gep(started, [t], source_etype=I1), typ=I1)):
-            thread = b.load(b.gep(ids, [t], source_etype=I64), typ=I64)
-            b.call(join, [thread, ir.Constant(PTR, None)])
-    run_time_loop(b, fn, one, n, start)
-    b.call(task, [part(ir.Constant(I64, 0))])
-    run_time_loop(b, fn, one, n, finish)
-    b.ret_void()
-    return fn

@@ -2,12 +2,16 @@
 the reference evaluator (each element's arithmetic does not depend on which
 thread computes it), whatever the thread count."""
 import dataclasses
+import os
+import subprocess
+import sys
+import threading
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerasjit.backends.cpu import CpuBackend, parallel
+from kerasjit.backends.cpu import CpuBackend, parallel, thread_pool
 from kerasjit.backends.cpu.blas import SGEMM_SYMBOL
 from kerasjit.hlo.evaluator import evaluate
 
@@ -69,7 +73,7 @@ def test_large_kernels_are_split_and_identical(name, threads, backend):
     module = bridge(fn, *args)
     executable = backend.compile(module)
     assert split_kernels(executable)
-    assert parallel.SPLIT_SYMBOL in executable.kernels[0][1]       # the entry starts threads
+    assert thread_pool.SPLIT_SYMBOL in executable.kernels[0][1]       # the entry starts threads
     parallel.set_threads(threads)
     assert_identical(module, executable, list(args))
 
@@ -89,7 +93,7 @@ def test_small_or_whole_reductions_stay_on_one_thread(name, backend):
     module = bridge(fn, *args)
     executable = backend.compile(module)
     assert not split_kernels(executable)
-    assert parallel.SPLIT_SYMBOL not in executable.kernels[0][1]
+    assert thread_pool.SPLIT_SYMBOL not in executable.kernels[0][1]
     got, want = executable(list(args)), expected(module, list(args))
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4)
@@ -165,3 +169,70 @@ def test_beside_convolutions_the_sgemm_and_the_loops_split(backend):
     got, want = executable(list(args)), expected(module, list(args))
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------- the thread pool
+
+def test_kernels_called_from_several_threads_at_once_are_identical(backend):
+    """The pool serves one call at a time; a thread calling in meanwhile runs
+    its kernel whole on itself: every result is as on one thread."""
+    fn, args = LARGE["multi_output"]
+    module = bridge(fn, *args)
+    executable = backend.compile(module)
+    want = expected(module, list(args))
+    parallel.set_threads(2)
+    wrong = []
+
+    def calls():
+        for _ in range(40):
+            got = executable(list(args))
+            wrong.extend(i for i, (g, w) in enumerate(zip(got, want)) if not np.array_equal(g, w))
+    callers = [threading.Thread(target=calls) for _ in range(4)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+    assert not wrong
+
+
+# Runs a split kernel (starting the pool), then the `case`'s part; prints "ok" if
+# every result was the reference evaluator's.
+_POOL_SCRIPT = """
+import os, sys
+import numpy as np
+import tensorflow as tf
+from kerasjit.backends.cpu import CpuBackend, parallel
+from kerasjit.hlo.evaluator import evaluate
+from tests.support.bridge import bridge
+from tests.support.structured_cases import rand
+
+if {one_core}:      # threads the pool starts inherit it: they share the caller's core
+    os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})
+parallel.set_threads(2)
+args = [rand(401, 333), rand(401, 333, seed=1)]
+module = bridge(lambda a, b: (a * b + 1.5, tf.sqrt(tf.abs(a - b))), *args)
+executable = CpuBackend().compile(module)
+want = evaluate(module, args)
+same = lambda: all(np.array_equal(g, w) for g, w in zip(executable(args), want))
+assert same()
+if {fork}:
+    child = os.fork()
+    if child == 0:          # the pool's workers did not come along: a new pool
+        os._exit(0 if all(same() for _ in range(20)) else 1)
+    assert os.waitpid(child, 0)[1] == 0, "wrong results in the forked child"
+assert all(same() for _ in range(200))
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("case", ["fork", "one_core"])
+def test_the_pool_after_a_fork_and_on_a_single_core(case, tmp_path):
+    """A fork's child runs split kernels on a pool of its own; with the pool's
+    threads on the caller's one core (a busy machine), the caller runs the
+    parts its worker does not get to, and every result is right."""
+    script = _POOL_SCRIPT.format(fork=case == "fork", one_core=case == "one_core")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+                              os.path.dirname(os.path.abspath(__file__))))),
+                          env=dict(os.environ, KERASJIT_CACHE_DIR=str(tmp_path)))
+    assert done.returncode == 0 and done.stdout.split() == ["ok"], done.stderr[-3000:]
