@@ -3,12 +3,13 @@ from .batch_sums import fold_batch_sums
 from .constant_folding import constant_folding
 from .cse import cse
 from .dce import dce
+from .dot_transposes import fold_dot_transposes
 from .inlining import conditional_to_select, inline_calls
 from .pipeline import DEFAULT_PASSES, PassError, Pipeline, optimize, optimize_as_configured
 from .simplify import simplify
 from .util import replace_all_uses, rewrite
 from .widen_floats import widen_floats
 
-__all__ = ["conditional_to_select", "constant_folding", "cse", "dce", "fold_batch_sums", "inline_calls", "simplify", "DEFAULT_PASSES",
+__all__ = ["conditional_to_select", "constant_folding", "cse", "dce", "fold_batch_sums", "fold_dot_transposes", "inline_calls", "simplify", "DEFAULT_PASSES",
            "PassError", "Pipeline", "optimize", "optimize_as_configured", "replace_all_uses",
            "rewrite", "widen_floats"]
