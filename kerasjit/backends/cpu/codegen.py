@@ -35,6 +35,10 @@ from .profile import Counters
 # and MLP's (up to ~2*10^5) ran as fast, and compiled in a third of the time.
 LONG_LOOP = 1 << 18
 
+# Innermost loops of these extents (from a vector of 8 floats to where LLVM no
+# longer unrolls a loop whole) are left rolled for the loop vectoriser.
+VECTOR_ROWS = (8, 512)
+
 
 def long_running(kernel):
     """Whether a loop kernel runs LONG_LOOP innermost iterations or more (its
@@ -81,19 +85,27 @@ class _KernelBuilder:
 
     # ----------------------------------------------------------------- loops
     def loop(self, extent, body):
-        counted_loop(self.b, self.fn, extent, body, self.unroll)
+        """An innermost loop: one LLVM vectorises. A short one is not unrolled
+        (VECTOR_ROWS): LLVM would unroll it whole and vectorise the loop around
+        it instead, across rows, with a gather and a scatter per vector."""
+        counted_loop(self.b, self.fn, extent, body,
+                     self.unroll and not VECTOR_ROWS[0] <= extent <= VECTOR_ROWS[1])
 
-    def nest(self, extents, body, prefix=(), outermost=False):
+    def nest(self, extents, body, prefix=(), outermost=False, innermost=True):
+        """Loops over `extents` around `body`; `innermost`: the last is the
+        innermost loop (else `body` loops further)."""
         if not extents:
             body(prefix)
             return
 
         def inner(i):
-            self.nest(extents[1:], body, prefix + (i,))
+            self.nest(extents[1:], body, prefix + (i,), innermost=innermost)
         if outermost and self.split:     # this thread's rows [lo, hi) only
             run_time_loop(self.b, self.fn, *self.fn.args[-2:], inner, self.unroll)
-        else:
+        elif innermost and len(extents) == 1:
             self.loop(extents[0], inner)
+        else:
+            counted_loop(self.b, self.fn, extents[0], inner, self.unroll)
 
     def build(self):
         dims = self.kernel.dims
@@ -101,7 +113,7 @@ class _KernelBuilder:
             self.b.ret_void()
             return
         if rows_can_accumulate(self.kernel, self.program.buffers):
-            self.nest(list(dims[:-1]), self._accumulate_rows, outermost=True)
+            self.nest(list(dims[:-1]), self._accumulate_rows, outermost=True, innermost=False)
             self.b.ret_void()
             return
 
@@ -167,7 +179,7 @@ class _KernelBuilder:
                 for i, value in enumerate([self.render(c, values, env) for c in red.combined]):
                     store(i, j, value)
             self.loop(last, add_to_row)
-        self.nest(list(red.extents), term)
+        self.nest(list(red.extents), term, innermost=False)
 
     # ------------------------------------------------------------ memory
     def address(self, bid, index, dims=None):
@@ -239,6 +251,10 @@ class _KernelBuilder:
             inner_env["vars"].update((v.name, a) for v, a in zip(node.accs, accs))
             inner_env["vars"].update((v.name, c) for v, c in zip(node.curs, current))
             combined = [self.render(c, dict(inner_values), inner_env) for c in node.combined]
+            if _is_float_sum(node):
+                # Any order of the terms: LLVM keeps vectors of partial sums (as
+                # XLA's and Eigen's reductions do), rounding aside the same sum.
+                combined[0].flags.append("reassoc")
             for slot, value in zip(slots, combined):
                 b.store(value, slot)
 
@@ -278,7 +294,16 @@ class _KernelBuilder:
                      [b.load(at(slot, ty, r), typ=ty) for slot, ty in zip(rows, types)])
             self.loop(inner, term)
             self.loop(inner, fold_term)
-        self.nest(list(node.extents[:-1]), lambda outer: row(tuple(outer)))
+        self.nest(list(node.extents[:-1]), lambda outer: row(tuple(outer)), innermost=False)
+
+
+def _is_float_sum(node):
+    """Whether Reduce `node` is a float sum: one accumulator, added to."""
+    (combined,) = node.combined if len(node.combined) == 1 else (None,)
+    return (isinstance(combined, Op) and combined.opcode == "add"
+            and combined.dtype in ("f32", "f64")
+            and {a.name for a in combined.args if isinstance(a, Var)}
+            == {node.accs[0].name, node.curs[0].name})
 
 
 # Terms a reduction computes into a row on the stack before folding them
