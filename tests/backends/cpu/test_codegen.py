@@ -97,3 +97,23 @@ def test_costly_terms_are_computed_ahead_and_folded_in_the_same_order(monkeypatc
     got = ahead([x])[0]
     np.testing.assert_array_equal(got, in_turn([x])[0])
     np.testing.assert_allclose(got, evaluate(module, [x]), rtol=1e-5)
+
+
+@pytest.mark.parametrize("terms, reassociated", [(codegen.REASSOCIATE_FROM, True),
+                                                 (codegen.REASSOCIATE_FROM // 4, False)])
+def test_long_float_sums_may_be_added_in_any_order(terms, reassociated, no_compile_cache):
+    """A row sum of many terms lets LLVM keep vectors of partial sums (its
+    add is `reassoc`), and is right to float rounding; a short one adds in
+    index order, bit for bit."""
+    x = np.random.default_rng(0).standard_normal((300, terms)).astype(np.float32)
+    module = bridge(lambda x: tf.reduce_sum(x * x, axis=1), x)
+    executable = CpuBackend().compile(module)
+    code = "\n".join(source for _, source in executable.kernels)
+    assert ("fadd reassoc" in code) == reassociated
+    got = executable([x])[0]
+    np.testing.assert_allclose(got, evaluate(module, [x]), rtol=1e-5)
+    if not reassociated:
+        in_order = np.zeros(len(x), np.float32)
+        for k in range(terms):
+            in_order = in_order + x[:, k] * x[:, k]
+        assert np.array_equal(got, in_order)
