@@ -1,4 +1,11 @@
-"""The JIT: optimise LLVM IR for the host CPU and load it into this process."""
+"""The JIT: optimise LLVM IR for the host CPU and load it into this process.
+
+KERASJIT_CPU=avx2 (or avx512) generates code for that x86-64 level instead of
+the host's own CPU: an AVX2-only machine's code, run and timed on one with
+AVX-512 (x86-64-v3: AVX2 and FMA, 8 floats a vector; x86-64-v4: AVX-512).
+Imports nothing of kerasjit's: the compile workers load this file alone.
+"""
+import os
 import threading
 
 import llvmlite.binding as llvm
@@ -6,40 +13,64 @@ import llvmlite.binding as llvm
 _lock = threading.Lock()
 _state = {}
 
+# KERASJIT_CPU's values: LLVM's CPU, the vector ISA, the feature it needs here.
+_LEVELS = {"avx2": ("x86-64-v3", "AVX2", "avx2"), "avx512": ("x86-64-v4", "AVX-512", "avx512f")}
+
+
+def _level():
+    """KERASJIT_CPU's level, or None for the host's own CPU."""
+    chosen = os.environ.get("KERASJIT_CPU", "")
+    if not chosen:
+        return None
+    if chosen not in _LEVELS:
+        raise ValueError(f"KERASJIT_CPU={chosen!r}: expected one of {', '.join(_LEVELS)}")
+    if not llvm.get_host_cpu_features().get(_LEVELS[chosen][2]):
+        raise ValueError(f"KERASJIT_CPU={chosen}: this CPU has no {_LEVELS[chosen][1]}")
+    return _LEVELS[chosen]
+
+
+def _target():
+    """The CPU and features code is generated for."""
+    level = _level()
+    return (level[0], "") if level else (llvm.get_host_cpu_name(),
+                                         llvm.get_host_cpu_features().flatten())
+
 
 def _jit():
-    """One MCJIT engine per process, for the host CPU and its features."""
+    """One MCJIT engine per process, for the target CPU and its features."""
     if not _state:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         target = llvm.Target.from_default_triple()
-        machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
-                                               features=llvm.get_host_cpu_features().flatten(),
-                                               opt=3, jit=True)
+        cpu, features = _target()
+        machine = target.create_target_machine(cpu=cpu, features=features, opt=3, jit=True)
         backing = llvm.parse_assembly("")
         _state.update(machine=machine, engine=llvm.create_mcjit_compiler(backing, machine))
     return _state
 
 
 def host_cpu_name():
-    return llvm.get_host_cpu_name()
+    """The CPU code is generated for (KERASJIT_CPU's level, else the host's)."""
+    return _target()[0]
 
 
 def host_isa():
-    """The host's widest vector instructions, and whether TensorFlow turns its
-    oneDNN kernels on by default there (its x86 rule: AVX-512 VNNI/BF16,
-    AVX-VNNI or AMX)."""
+    """The widest vector instructions code uses (the host's, or KERASJIT_CPU's),
+    and whether TensorFlow turns its oneDNN kernels on by default on the host
+    (its x86 rule: AVX-512 VNNI/BF16, AVX-VNNI or AMX)."""
     features = llvm.get_host_cpu_features()
-    isa = next((name for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"),
-                                         ("avx", "AVX")) if features.get(flag)), "SSE")
+    level = _level()
+    isa = level[1] if level else next(
+        (name for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"))
+         if features.get(flag)), "SSE")
     onednn = any(features.get(f) for f in ("avx512vnni", "avx512bf16", "avxvnni", "amx-tile"))
     return isa, onednn
 
 
 def host_description():
-    """CPU name and features: part of every compile-cache key."""
+    """CPU name and features code is generated for: part of every compile-cache key."""
     _jit()
-    return f"{llvm.get_host_cpu_name()}:{llvm.get_host_cpu_features().flatten()}"
+    return ":".join(_target())
 
 
 def is_x86():
@@ -47,11 +78,9 @@ def is_x86():
 
 
 def vector_lanes():
-    """f32 lanes of the host's widest vector registers (AVX-512: 16, AVX: 8)."""
-    features = llvm.get_host_cpu_features()
-    if features.get("avx512f"):
-        return 16
-    return 8 if features.get("avx") else 4
+    """f32 lanes of the widest vector registers code uses (AVX-512: 16, AVX: 8)."""
+    isa = host_isa()[0]
+    return 16 if isa == "AVX-512" else 8 if isa in ("AVX2", "AVX") else 4
 
 
 def optimize(llvm_ir, unroll=True, loop_vectorize=True):
