@@ -76,8 +76,9 @@ def main():
     graphs, clusters = graphs_captured()
     print(f"CUDA graphs: {graphs} of {clusters} compiled clusters of the MLP's train step "
           "replay a captured graph", flush=True)
+    # (--no-jax: the Keras-on-JAX peer runs on the CPU here, no GPU contender)
     bench = [sys.executable, "-m", "kerasjit.bench", "--backend", "gpu", "--out", args.out,
-             "--name", "gpu_benchmark"]
+             "--name", "gpu_benchmark", "--no-jax"]
     if args.quick:
         bench += ["--rounds", "3", "--softmax-steps", "200", "--steps", "30", "--mnist-steps", "10",
                   "--cnn-steps", "2"]

@@ -76,7 +76,8 @@ def _make(contender, build, backend, steps_per_execution=1):
 
 
 def bench_model(name, work, rounds, backend="auto", keras_jax=None):
-    """The rows of one workload; `keras_jax`: a JaxPeer with it loaded (None: not measured)."""
+    """The rows of one workload, and its convolution rates (convolution_rates);
+    `keras_jax`: a JaxPeer with it loaded (None: not measured)."""
     x, y = work.data(work.steps * work.batch)
     contenders = {c: keras_jax if c == "keras_jax" else
                   Contender(work, x, y, lambda spe: _make(c, work.build, backend, spe))
@@ -116,6 +117,54 @@ def bench_model(name, work, rounds, backend="auto", keras_jax=None):
                          else float("nan"),
                          "speedup_vs_keras": base / median,
                          "first_call_rss_growth_mb": rss[mode, c]})
+    convolutions = convolution_rates(name, work, backend, x, y, next(
+        r["ms_per_step"] for r in rows if r["mode"] == "fit" and r["contender"] == "kerasjit")) \
+        if "fit" in work.modes and get_backend(backend).name == "cpu" else []
+    return rows, convolutions
+
+
+# A convolution kernel's form, by the op it computes (its name says: TensorFlow's
+# Conv2DBackpropFilter, ..., or HLO's convolution for the forward one).
+_OPS = (("backpropfilter", "filter gradient"), ("backpropinput", "input gradient"),
+        ("conv", "forward"))
+
+
+def _convolution_form(kernel):
+    """'forward, implicit GEMM' and the like for a convolution's kernel-profile
+    label, else None."""
+    op = next((form for word, form in _OPS if word in kernel.lower()), None)
+    kind = "implicit GEMM" if "implicit GEMM" in kernel else \
+        "patches + sgemm" if "sgemm" in kernel else None
+    return op and kind and f"{op}, {kind}"
+
+
+def convolution_rates(name, work, backend, x, y, ms_per_step):
+    """kerasjit's convolutions in an epoch of `fit`: per form, GFLOP and
+    GFLOP/s (the kernel profile of a copy of the model compiled with
+    KERASJIT_PROFILE_KERNELS=1), and all of them over `ms_per_step`, the
+    whole step's time in the timed rounds."""
+    from kerasjit.backends.cpu.profile import kernel_profile
+    os.environ["KERASJIT_PROFILE_KERNELS"] = "1"        # (read when a step compiles)
+    try:
+        model = _make("kerasjit", work.build, backend)
+        fit = runner("fit", model, x, y, work.batch)
+        fit()
+    finally:
+        del os.environ["KERASJIT_PROFILE_KERNELS"]
+    kernel_profile(reset=True)
+    fit()
+    profile = kernel_profile()
+    profile["form"] = profile["kernel"].map(_convolution_form)
+    profile = profile[(profile["calls"] > 0) & profile["form"].notna()]
+    profile = profile.assign(gflop=profile["gflops"] * profile["seconds"])
+    rows = [{"model": name, "form": form, "gflop_per_step": group["gflop"].sum() / work.steps,
+             "ms_per_step": 1000 * group["seconds"].sum() / work.steps,
+             "gflops": group["gflop"].sum() / group["seconds"].sum()}
+            for form, group in profile.groupby("form")]
+    if rows:
+        total = sum(r["gflop_per_step"] for r in rows)
+        rows.append({"model": name, "form": "whole step", "gflop_per_step": total,
+                     "ms_per_step": ms_per_step, "gflops": total / ms_per_step * 1000})
     return rows
 
 
@@ -164,8 +213,9 @@ def _kerasjit_speedups(rows):
 
 
 def write_reports(rows, out_dir, command, name="benchmark", backend="auto", busy=0,
-                  keras_jax="not measured"):
-    """`keras_jax`: the header's word on Keras on JAX (its JAX, or why it was not measured)."""
+                  keras_jax="not measured", convolutions=()):
+    """`keras_jax`: the header's word on Keras on JAX (its JAX, or why it was not
+    measured); `convolutions`: convolution_rates' rows (also NAME_convolutions.csv)."""
     os.makedirs(out_dir, exist_ok=True)
     table = pd.DataFrame(rows)
     table.to_csv(os.path.join(out_dir, f"{name}.csv"), index=False, float_format="%.6g")
@@ -195,9 +245,32 @@ def write_reports(rows, out_dir, command, name="benchmark", backend="auto", busy
                      f"{r['first_call_rss_growth_mb']:.0f} |")
     lines += ["", "kerasjit's speedup over each other contender (that one's ms/step over "
               "kerasjit's; in bold where kerasjit is not ahead):", "", *_kerasjit_speedups(rows)]
+    if convolutions:
+        pd.DataFrame(convolutions).to_csv(os.path.join(out_dir, f"{name}_convolutions.csv"),
+                                          index=False, float_format="%.6g")
+        lines += ["", *_convolution_table(convolutions)]
     with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     return table
+
+
+def _convolution_table(convolutions):
+    """The report's convolution rates, read against the machine's measured peak."""
+    from kerasjit.backends.cpu.parallel import usable_cores
+    from kerasjit.backends.cpu.peak import fma_peak_gflops
+    cores = usable_cores()
+    peak = fma_peak_gflops(cores)
+    lines = [f"kerasjit's convolutions in `fit`, from the kernel profile of a copy of each "
+             f"model (KERASJIT_PROFILE_KERNELS=1, one epoch): GFLOP and time per step of each "
+             f"form, and its rate; `whole step`: all of them over the step's time in the "
+             f"rounds above. The f32 multiply-add peak measured here: {peak:.0f} GFLOP/s on "
+             f"{cores} thread(s) ({fma_peak_gflops(1):.0f} on one).", "",
+             "| model | form | GFLOP/step | ms/step | GFLOP/s | of peak |",
+             "|---|---|---:|---:|---:|---:|"]
+    for r in convolutions:
+        lines.append(f"| {r['model']} | {r['form']} | {r['gflop_per_step']:.3f} | "
+                     f"{r['ms_per_step']:.2f} | {r['gflops']:.0f} | {r['gflops'] / peak:.0%} |")
+    return lines
 
 
 def check_models(parser, chosen, known):
@@ -218,7 +291,7 @@ def main(argv=None):
         print("keras_jax not measured: jax is not installed; pip install 'jax[cpu]'", flush=True)
     # Compile times from an empty compile cache (a temporary one, gone afterwards).
     os.environ["KERASJIT_CACHE_DIR"] = cache = tempfile.mkdtemp(prefix="kerasjit-bench-")
-    rows, busy = [], busy_loops(args.busy)
+    rows, convolutions, busy = [], [], busy_loops(args.busy)
     try:
         # One Keras-on-JAX peer for the whole run, as the benchmark's process serves the
         # other contenders: JAX starts once; each load drops the previous workload.
@@ -227,14 +300,17 @@ def main(argv=None):
                 if not args.models or name in args.models:
                     if peer:
                         peer.load(name, vars(args))
-                    rows += bench_model(name, work, args.rounds, args.backend, peer)
+                    timed_rows, rates = bench_model(name, work, args.rounds, args.backend, peer)
+                    rows += timed_rows
+                    convolutions += rates
     finally:
         for process in busy:
             process.kill()
         shutil.rmtree(cache, ignore_errors=True)
     table = write_reports(rows, args.out, "python -m kerasjit.bench " + " ".join(argv or []),
                           args.name, args.backend, args.busy,
-                          f"not measured ({jax_left_out})" if jax_left_out else peer.description)
+                          f"not measured ({jax_left_out})" if jax_left_out else peer.description,
+                          convolutions)
     print(table.to_string(index=False))
 
 

@@ -56,6 +56,25 @@ def test_a_report_without_keras_on_jax_says_so_and_compares_with_the_others(tmp_
     assert "| m | fit | 2.00x | **0.50x** |" in report
 
 
+def test_convolution_rates_come_per_form_and_for_the_whole_step(tmp_path, monkeypatch):
+    """The MNIST convnet's convolutions, from a profiled copy: forward, input
+    and filter gradient, each with a positive rate; the report reads them
+    against the machine's measured peak."""
+    monkeypatch.setenv("KERASJIT_CACHE_DIR", str(tmp_path / "cache"))
+    args = bench._parser().parse_args(["--mnist-steps", "2"])
+    work = bench.suite(args)["mnist_cnn"]
+    x, y = work.data(work.steps * work.batch)
+    rows = bench.convolution_rates("mnist_cnn", work, "cpu", x, y, ms_per_step=50.0)
+    forms = {r["form"] for r in rows}
+    assert {"forward, implicit GEMM", "filter gradient, implicit GEMM", "whole step"} <= forms
+    assert all(r["gflops"] > 0 and r["gflop_per_step"] > 0 for r in rows)
+    (step,) = [r for r in rows if r["form"] == "whole step"]
+    assert step["gflop_per_step"] == pytest.approx(sum(r["gflop_per_step"] for r in rows
+                                                       if r is not step))
+    table = "\n".join(bench._convolution_table(rows))
+    assert "The f32 multiply-add peak measured here: " in table and "| mnist_cnn | whole step |" in table
+
+
 def test_the_data_parallel_benchmark_times_both_contenders(tmp_path):
     done = subprocess.run([sys.executable, "-m", "kerasjit.bench_distribute", "--steps", "4",
                            "--rounds", "2", "--models", "mlp_784_256_10", "--out", str(tmp_path)],

@@ -71,7 +71,7 @@ def _record(program, name, blas_threads_local, timed):
             "objects": _object_code(llvm_ir, name, has_long_loops(program)),
             "entry": f"{name}_entry", "kernels": cache.Listings.of(kernels),
             "cores_free": parallel.cores_free(program.steps, blas_threads_local),
-            "counters": counters and (counters.global_name, counters.labels)}
+            "counters": counters and (counters.global_name, counters.labels, counters.flops)}
 
 
 class CpuBackend(Backend):
@@ -113,8 +113,8 @@ class CpuBackend(Backend):
         thread_pool.link()         # (what split kernels call)
         address = engine.load_objects(record["objects"], record["entry"])
         if record.get("counters"):
-            global_name, labels = record["counters"]
-            profile.register(record["entry"].removesuffix("_entry"), labels,
+            global_name, labels, flops = record["counters"]
+            profile.register(record["entry"].removesuffix("_entry"), labels, flops,
                              engine.global_address(global_name))
         self.loaded[key] = (record, address)
 

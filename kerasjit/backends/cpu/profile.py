@@ -6,6 +6,7 @@ and a call count to a global array; `kerasjit.kernel_profile()` reads them.
 Off by default: the clock costs time every step. The counts are plain adds:
 two threads running the same cluster at once may lose some.
 """
+import math
 import os
 import time
 
@@ -29,6 +30,7 @@ class Counters:
 
     def __init__(self, module, name, steps):
         self.labels = [_label(step) for step in steps]
+        self.flops = [_flops(step) for step in steps]
         self.global_name = f"{name}_kernel_ns"
         self._table = ir.GlobalVariable(module, ir.ArrayType(I64, 2 * len(self.labels)),
                                         self.global_name)
@@ -68,15 +70,28 @@ def _label(step):
     return f"{step.name} ({'x'.join(map(str, step.dims))})"
 
 
-def register(cluster, labels, address):
-    """A loaded entry's counters (`address`: its global's), read by kernel_profile()."""
-    _loaded[address] = (cluster, labels)
+def _flops(step):
+    """Floating-point operations of one call of a product (2 per multiply-add),
+    else None."""
+    if isinstance(step, GemmCall):
+        return 2 * step.m * step.n * step.k * step.count
+    if isinstance(step, ImplicitGemm):
+        return 2 * step.m * step.n * step.k
+    return None
+
+
+def register(cluster, labels, flops, address):
+    """A loaded entry's counters (`address`: its global's), read by kernel_profile();
+    `flops`: each step's per call, or None."""
+    _loaded[address] = (cluster, labels, flops)
 
 
 def kernel_profile(reset=False):
     """Time per compiled step since the process started (or the last reset),
     as a DataFrame sorted by total time: cluster, kernel, calls, seconds,
-    share. Empty unless KERASJIT_PROFILE_KERNELS=1 was set before compiling."""
+    share, and for products (GEMMs, convolutions) GFLOP/s (NaN for the
+    others; peak.fma_peak_gflops is the machine's). Empty unless
+    KERASJIT_PROFILE_KERNELS=1 was set before compiling."""
     import ctypes
 
     import pandas as pd
@@ -84,14 +99,16 @@ def kernel_profile(reset=False):
         warn("kerasjit.kernel_profile: no kernel was timed" + (
             "" if enabled() else ": set KERASJIT_PROFILE_KERNELS=1 before the model compiles"))
     rows = []
-    for address, (cluster, labels) in _loaded.items():
+    for address, (cluster, labels, flops) in _loaded.items():
         counts = (ctypes.c_int64 * (2 * len(labels))).from_address(address)
-        for i, label in enumerate(labels):
-            rows.append((cluster, label, counts[2 * i + 1], counts[2 * i] / 1e9))
+        for i, (label, work) in enumerate(zip(labels, flops)):
+            calls, seconds = counts[2 * i + 1], counts[2 * i] / 1e9
+            rate = work * calls / seconds / 1e9 if work is not None and seconds else math.nan
+            rows.append((cluster, label, calls, seconds, rate))
         if reset:
             ctypes.memset(address, 0, ctypes.sizeof(counts))
-    frame = pd.DataFrame(rows, columns=["cluster", "kernel", "calls", "seconds"])
+    frame = pd.DataFrame(rows, columns=["cluster", "kernel", "calls", "seconds", "gflops"])
     frame = frame.sort_values("seconds", ascending=False, ignore_index=True)
     total = frame["seconds"].sum()
-    frame["share"] = frame["seconds"] / total if total else 0.0
+    frame.insert(4, "share", frame["seconds"] / total if total else 0.0)
     return frame

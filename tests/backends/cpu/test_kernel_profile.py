@@ -27,9 +27,11 @@ def test_every_kernel_of_a_profiled_cluster_is_timed_and_counted(monkeypatch):
         np.testing.assert_allclose(f(X, W), relu_layer(X, W).numpy(), rtol=1e-5, atol=1e-4)
     profile = kerasjit.kernel_profile()
     mine = profile[profile["cluster"].isin(clusters(profile) - before)]
-    assert list(mine.columns) == ["cluster", "kernel", "calls", "seconds", "share"]
-    assert any("sgemm 64x96x200" in k for k in mine["kernel"])      # the product
-    assert len(mine) >= 2                                           # and its bias + relu
+    assert list(mine.columns) == ["cluster", "kernel", "calls", "seconds", "share", "gflops"]
+    (product,) = mine[mine["kernel"].str.contains("sgemm 64x96x200")].itertuples()
+    assert product.gflops == pytest.approx(2 * 64 * 96 * 200 * 3 / product.seconds / 1e9)
+    others = mine[mine.index != product.Index]
+    assert len(others) >= 1 and others["gflops"].isna().all()     # its bias + relu: no rate
     assert (mine["calls"] == 3).all() and (mine["seconds"] > 0).all()
     assert list(profile["seconds"]) == sorted(profile["seconds"], reverse=True)
     assert abs(profile["share"].sum() - 1) < 1e-9
