@@ -13,7 +13,7 @@ from . import indexing as ix
 from .ir import S64, Const, ImplicitGemm, Index, LoopKernel, Op
 
 
-def _merged(levels):
+def merged_levels(levels):
     """Levels (extent, stride, stride), outermost first, with extent-1 levels
     dropped and each level that steps exactly over the next one's whole range
     (in both memories) merged into it: fewer, longer loops."""
@@ -26,7 +26,7 @@ def _merged(levels):
     return out
 
 
-def _in_place(lw, inst):
+def in_place(lw, inst):
     """A buffer holding `inst`'s elements in row-major order: a reshape's (or
     bitcast's) operand's, where it has one, since a reshape moves no element
     (a Conv1D's operands are reshapes of 3-d values). An ImplicitGemm reads it
@@ -48,7 +48,7 @@ def _padded(lw, inst, lhs, lhs_l, window):
     a strided convolution's input gradient) made explicit in a buffer of its
     own, and its dims."""
     if not any(w.pad_lo or w.pad_hi or w.lhs_dilate > 1 for w in window):
-        return _in_place(lw, lhs), lhs.shape.dims
+        return in_place(lw, lhs), lhs.shape.dims
     dims = list(lhs.shape.dims)
     for d, w in enumerate(window):
         dims[lhs_l[d]] = (dims[lhs_l[d]] - 1) * w.lhs_dilate + 1 + w.pad_lo + w.pad_hi
@@ -76,7 +76,7 @@ def _weights(lw, inst, rhs, rhs_l):
     [window..., i, o] where they are not: the input gradient's), its dims and labels."""
     spatial = len(rhs_l) - 2
     if rhs_l["o"] == spatial + 1:
-        return _in_place(lw, rhs), rhs.shape.dims, rhs_l
+        return in_place(lw, rhs), rhs.shape.dims, rhs_l
     order = [*range(spatial), "i", "o"]
     dims = tuple(rhs.shape.dims[rhs_l[x]] for x in order)
     index = [Index(S64, d) for d in range(spatial + 2)]
@@ -114,7 +114,7 @@ def conv_as_implicit_gemm(lw, inst, role):
     positions = [(out_dims[out_l["b"]], s_a[lhs_l["b"]], s_c[out_l["b"]])] + [
         (out_dims[out_l[d]], window[d].stride * s_a[lhs_l[d]], s_c[out_l[d]])
         for d in range(spatial)]
-    positions = _merged(sorted(positions, key=lambda lv: -lv[2])) or [(1, 0, 0)]
+    positions = merged_levels(sorted(positions, key=lambda lv: -lv[2])) or [(1, 0, 0)]
     # The contraction: window offsets (walking the weights backwards where the
     # window is reversed) and input features, outermost = largest weight stride.
     depth, b_offset = [], 0
@@ -125,7 +125,7 @@ def conv_as_implicit_gemm(lw, inst, role):
             step = -step
         depth.append((w.size, w.rhs_dilate * s_a[lhs_l[d]], step))
     depth.append((rhs_dims[rhs_l["i"]], s_a[lhs_l["f"]], s_b[rhs_l["i"]]))
-    depth = _merged(sorted(depth, key=lambda lv: -abs(lv[2]))) or [(1, 0, 0)]
+    depth = merged_levels(sorted(depth, key=lambda lv: -abs(lv[2]))) or [(1, 0, 0)]
     lw.steps.append(ImplicitGemm(
         f"igemm_{inst.name}", lw.buffer_for(inst, role), lhs_id, rhs_id, out_dims[-1],
         tuple(positions[:-1]), positions[-1], tuple(depth), b_offset))

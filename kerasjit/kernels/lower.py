@@ -14,6 +14,7 @@ from ..hlo.gemm import dot_layout
 from ..hlo.opcodes import ELEMENTWISE
 from .conv_gemm import conv_as_gemm
 from .conv_implicit import conv_as_implicit_gemm
+from .dot_implicit import dot_as_implicit_gemm
 from .expressions import EXPRESSIONS, elementwise, op_of, scatter_update, update_window
 from .fusion import fusion_decisions, materialize_reason, roots_a_kernel
 from .ir import (S64, Buffer, Const, GemmCall, Index, KernelProgram, Load, LoopKernel, Op,
@@ -168,6 +169,9 @@ class _Lowering:
             return
         if inst.opcode == "concatenate":
             self._concatenate(inst, role)
+            return
+        if inst.opcode == "dot" and self.target.implicit_dots \
+                and dot_as_implicit_gemm(self, inst, role):
             return
         gemm = self._gemm(inst)
         if gemm is not None:

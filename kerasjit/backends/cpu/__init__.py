@@ -81,7 +81,8 @@ class CpuBackend(Backend):
     # much as a loop; a patch matrix goes to sgemm in few large calls, since each
     # call synchronises the threads it is split over, which stalls under CPU
     # contention (reports/tuning-measurements.md).
-    target = Target(implicit_gemm=True, min_batched_product=1024, patch_budget_bytes=64 << 20)
+    target = Target(implicit_gemm=True, implicit_dots=True, min_batched_product=1024,
+                    patch_budget_bytes=64 << 20)
 
     def __init__(self):
         self.loaded = {}    # cache key -> (record, entry address) linked into this process

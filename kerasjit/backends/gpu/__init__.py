@@ -19,7 +19,8 @@ class GpuBackend(Backend):
     name = "gpu"
     races_tensorflow = False    # TensorFlow's own GPU kernels are not raced (yet)
     # (The CPU's thresholds: not measured with cuBLAS yet.)
-    target = Target(implicit_gemm=True, min_batched_product=1024, patch_budget_bytes=64 << 20)
+    target = Target(implicit_gemm=True, implicit_dots=False, min_batched_product=1024,
+                    patch_budget_bytes=64 << 20)
 
     def __init__(self, device):
         self.device = device

@@ -27,6 +27,14 @@ def backend(no_compile_cache):       # build the code, not a cached object
     parallel.set_threads(parallel.usable_cores())
 
 
+@pytest.fixture
+def sgemm_backend(backend):
+    """The CPU backend with every dot a GEMM call (as transposed and batched
+    ones are; others are implicit GEMMs: test_implicit_gemm.py)."""
+    backend.target = dataclasses.replace(backend.target, implicit_dots=False)
+    return backend
+
+
 def split_kernels(executable):
     """Names of the kernels the renderer split across threads."""
     return [name for name, source in executable.kernels[1:] if f'@"{name}_task"' in source]
@@ -99,7 +107,8 @@ def test_small_or_whole_reductions_stay_on_one_thread(name, backend):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4)
 
 
-def test_a_large_kernel_beside_a_small_matmul_is_split(backend):
+def test_a_large_kernel_beside_a_small_matmul_is_split(sgemm_backend):
+    backend = sgemm_backend
     # The matmul (64x128x128 multiply-adds, below blas.SINGLE_THREAD_MNK) runs on the
     # calling thread alone, and the tanh loop splits.
     args = (rand(64, 128), rand(128, 128), rand(512, 512))
@@ -132,7 +141,8 @@ LARGE_PRODUCTS = {
 
 @pytest.mark.parametrize("threads", [1, 2, 7])
 @pytest.mark.parametrize("name", LARGE_PRODUCTS)
-def test_large_matmuls_split_over_our_threads(name, threads, backend):
+def test_large_matmuls_split_over_our_threads(name, threads, sgemm_backend):
+    backend = sgemm_backend
     fn, args = LARGE_PRODUCTS[name]
     module = bridge(fn, *args)
     executable = backend.compile(module)
@@ -157,7 +167,8 @@ def test_a_chunked_accumulating_product_splits_each_chunk(backend):
                                rtol=1e-4, atol=1e-3)
 
 
-def test_beside_convolutions_the_sgemm_and_the_loops_split(backend):
+def test_beside_convolutions_the_sgemm_and_the_loops_split(sgemm_backend):
+    backend = sgemm_backend
     # The convolution (an implicit GEMM, ~16M multiply-adds), the matmul (~8M) and
     # the tanh loop each split across the cores; no OpenBLAS thread spins.
     args = (rand(8, 34, 34, 32), rand(3, 3, 32, 64), rand(128, 256), rand(256, 256),

@@ -175,3 +175,41 @@ def test_the_contraction_loops_are_left_unrolled_by_llvm():
                                       text, flags=re.M)}
     assert {option for _, _, option in nodes} <= disabled
     assert re.search(r"!llvm.loop " + nodes[0][0] + r"\b", text)
+
+
+# ------------------------------------------------------------------ dots
+
+DOTS = {
+    # a Dense layer: its bias and relu become the GEMM's epilogue
+    "dense_relu": (lambda x, w: tf.nn.relu(tf.matmul(x, w) + 0.5), (rand(70, 200), rand(200, 96))),
+    # its kernel's gradient: x read transposed (rows along x's columns)
+    "transposed_lhs": (lambda x, g: tf.matmul(x, g, transpose_a=True),
+                       (rand(300, 40), rand(300, 72))),
+    # Dense on a sequence: rows over two dims, features past four vectors
+    "sequence": (lambda x, w: tf.einsum("btc,cd->btd", x, w), (rand(3, 37, 24), rand(24, 81))),
+    # attention's projection: the rhs's two free dims, the heads and their width
+    "heads": (lambda x, w: tf.einsum("btc,chd->bthd", x, w), (rand(2, 19, 32), rand(32, 4, 8))),
+    # two contracting dims (an output projection over heads and width)
+    "two_contractions": (lambda x, w: tf.einsum("bthd,hdc->btc", x, w),
+                         (rand(2, 19, 4, 8), rand(4, 8, 40))),
+}
+
+
+@pytest.mark.parametrize("name", DOTS)
+def test_dots_as_implicit_gemms_match_evaluator(name):
+    fn, args = DOTS[name]
+    steps = implicit_steps(fn, args)
+    assert steps and all(isinstance(s, ImplicitGemm) for s in steps)
+    if name == "dense_relu":
+        assert steps[0].epilogue is not None
+    check_compiled(fn, args)
+
+
+@pytest.mark.parametrize("fn, args", [
+    (lambda x, w: tf.matmul(x, w, transpose_b=True), (rand(64, 50), rand(96, 50))),   # B^T
+    (lambda x, w: tf.matmul(x, w), (rand(64, 50), rand(50, 10))),     # narrow: 10 features
+    (lambda a, b: tf.matmul(a, b), (rand(6, 40, 30), rand(6, 30, 50)))])   # batched
+def test_dots_it_does_not_take_stay_gemm_calls(fn, args):
+    steps = implicit_steps(fn, args)
+    assert steps and all(isinstance(s, GemmCall) for s in steps)
+    check_compiled(fn, args)

@@ -8,11 +8,13 @@ from kerasjit.backends.cpu import profile as kernel_profiling
 
 
 def relu_layer(x, w):
-    return tf.nn.relu(tf.matmul(x, w) + 1.0)
+    # (w read transposed: an sgemm call, and its bias and relu a loop kernel apart;
+    # x @ w would be one implicit GEMM with the two as its epilogue)
+    return tf.nn.relu(tf.matmul(x, w, transpose_b=True) + 1.0)
 
 
 X = np.random.default_rng(0).normal(size=(64, 200)).astype(np.float32)
-W = np.random.default_rng(1).normal(size=(200, 96)).astype(np.float32)
+W = np.random.default_rng(1).normal(size=(96, 200)).astype(np.float32)
 
 
 def clusters(profile):
@@ -45,7 +47,7 @@ def test_every_kernel_of_a_profiled_cluster_is_timed_and_counted(monkeypatch):
 def test_without_the_variable_nothing_is_timed(monkeypatch):
     monkeypatch.delenv("KERASJIT_PROFILE_KERNELS", raising=False)
     before = clusters(kerasjit.kernel_profile())
-    f = kerasjit.jit(lambda x, w: tf.nn.sigmoid(tf.matmul(x, w)), race=False)
+    f = kerasjit.jit(lambda x, w: tf.nn.sigmoid(tf.matmul(x, w, transpose_b=True)), race=False)
     f(X, W)
     assert clusters(kerasjit.kernel_profile()) == before
 
