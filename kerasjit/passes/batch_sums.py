@@ -13,16 +13,13 @@ Mutates and returns the module.
 """
 from ..hlo.gemm import gemm_layout
 from ..hlo.ir import Instruction, NameUniquer
-from .util import rewrite, uniform_value
+from .util import rewrite, uniform_value, use_counts
 
 
 def fold_batch_sums(module):
     names = NameUniquer(module)
     for comp in module.computations:
-        users = {}
-        for inst in comp.instructions:
-            for op in inst.operands:
-                users[op] = users.get(op, 0) + 1
+        users = use_counts(comp)
         rewrite(comp, lambda inst, emit: _folded(inst, users, names, emit))
     return module
 

@@ -19,16 +19,13 @@ the module.
 """
 from ..hlo.gemm import gemm_layout
 from ..hlo.ir import Instruction, NameUniquer
-from .util import rewrite
+from .util import rewrite, use_counts
 
 
 def fold_dot_transposes(module):
     names = NameUniquer(module)
     for comp in module.computations:
-        users = {}
-        for inst in comp.instructions:
-            for op in inst.operands:
-                users[op] = users.get(op, 0) + 1
+        users = use_counts(comp)
 
         def visit(inst, emit):
             folded = _operands_folded(inst) if inst.opcode == "dot" else \

@@ -1,10 +1,20 @@
 """Helpers shared by the passes: walking a computation while replacing
-instructions, redirecting uses, the identity of an instruction's value, and
+instructions, redirecting and counting uses, the identity of an instruction's value, and
 the one value of a uniform constant."""
 import numpy as np
 
 # Attributes that annotate an instruction without changing its value.
 ANNOTATION_ATTRS = frozenset({"metadata", "frontend_attributes"})
+
+
+def use_counts(comp):
+    """How many operand slots of `comp`'s instructions read each instruction
+    (a root's use not counted)."""
+    users = {}
+    for inst in comp.instructions:
+        for op in inst.operands:
+            users[op] = users.get(op, 0) + 1
+    return users
 
 
 def rewrite(comp, visit):
