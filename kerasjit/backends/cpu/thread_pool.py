@@ -20,6 +20,8 @@ a fork the child starts a pool of its own. Parts and their rows are those
 of the thread count, whoever runs them, so results are bit-identical to one
 thread.
 """
+import threading
+
 import llvmlite.binding as llvm
 from llvmlite import ir
 
@@ -31,9 +33,10 @@ THREADS_SYMBOL = "kerasjit_threads"     # the thread count (parallel.set_threads
 
 PART = ir.LiteralStructType([PTR, I64, I64, I64])     # table, chunk, lo, hi
 TASK = ir.FunctionType(PTR, [PTR])                    # a pthread start routine
+# (`task` typed as a function pointer: llvmlite calls through no other kind)
 SPLIT = ir.FunctionType(ir.VoidType(), [TASK.as_pointer(), PTR, I64, I64])
 
-MAX_WORKERS = 255
+MAX_WORKERS = 255       # (a job's parts: 16 bits of the claims word)
 # Idle checks a worker makes before it sleeps: a `pause` each, 31 ns on the
 # benchmark's AMD EPYC, so ~0.25 ms: the gap between a step's kernels and
 # the short Python work between calls, not a whole step of TensorFlow's.
@@ -46,16 +49,17 @@ CALLER_SPIN = 1 << 16
 SYNC_BYTES = 64
 
 _linked = []
+_link_lock = threading.Lock()
 
 
 def link():
     """Compile the pool into this process once; split kernels link to it."""
-    if not _linked:
-        module = _module()
-        code = engine.object_code(engine.optimize(str(module), unroll=False))
-        address = engine.load_objects([code], SPLIT_SYMBOL)
-        llvm.add_symbol(SPLIT_SYMBOL, address)
-        _linked.append(address)
+    with _link_lock:        # (a background compile and the main thread may both ask)
+        if not _linked:
+            code = engine.object_code(engine.optimize(str(_module()), unroll=False))
+            address = engine.load_objects([code], SPLIT_SYMBOL)
+            llvm.add_symbol(SPLIT_SYMBOL, address)
+            _linked.append(address)
 
 
 def declare_split(module):
