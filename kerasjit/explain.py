@@ -99,6 +99,9 @@ def explain(model_or_fn, *example_inputs, backend="auto", verbose=False):
     """
     if isinstance(model_or_fn, keras.Model):
         model = model_or_fn
+        if not example_inputs:      # (else Keras's train step fails on an empty batch)
+            raise TypeError(f"kerasjit.explain({model.name}) needs a batch to trace the "
+                            "train step with: explain(model, x, y[, sample_weight])")
         state = getattr(model, "_kerasjit", None)
         strategy = strategy_of(model)
         step = state.train if state else CompiledStep(

@@ -166,3 +166,12 @@ def test_a_failed_assertion_in_a_step_raises_as_in_tensorflow():
             step(np.array([1, -1, 2], np.float32))
         return float(np.asarray(step(np.ones(3, np.float32))))
     assert run(kerasjit.jit) == run(tf.function)
+
+
+def test_explaining_a_model_without_a_batch_says_it_needs_one():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)], name="tiny")
+    model.compile(optimizer="sgd", loss="mse")
+    with pytest.raises(TypeError, match=r"kerasjit.explain\(tiny\) needs a batch to trace"):
+        kerasjit.explain(model)
+    x, y = np.ones((4, 3), np.float32), np.ones((4, 2), np.float32)
+    assert "ops run compiled" in str(kerasjit.explain(model, x, y))
