@@ -8,6 +8,7 @@ peak this process can reach: clock, vector width and FMA units as they are,
 KERASJIT_CPU's level included.
 """
 import ctypes
+import functools
 import threading
 import time
 
@@ -20,7 +21,6 @@ from .vector_code import F32
 ACCUMULATORS = 12       # FMAs in flight: e.g. 2 units x 4 cycles' latency, and some
 ITERATIONS = 1 << 25    # ~0.1-1 s at the peaks in reach
 
-_measured = {}
 
 
 def _kernel(lanes):
@@ -60,22 +60,24 @@ def _kernel(lanes):
     return module
 
 
+@functools.cache
+def _fma_loop():
+    """The compiled FMA loop, callable as run(n)."""
+    code = engine.object_code(engine.optimize(str(_kernel(engine.vector_lanes())),
+                                              unroll=False))
+    return ctypes.CFUNCTYPE(None, ctypes.c_int64)(engine.load_objects([code], "fma_peak"))
+
+
+@functools.cache
 def fma_peak_gflops(threads):
     """GFLOP/s of f32 multiply-adds (2 flops each) on `threads` threads at once."""
-    if threads not in _measured:
-        lanes = engine.vector_lanes()
-        if "fn" not in _measured:
-            code = engine.object_code(engine.optimize(str(_kernel(lanes)), unroll=False))
-            _measured["fn"] = ctypes.CFUNCTYPE(None, ctypes.c_int64)(
-                engine.load_objects([code], "fma_peak"))
-        run = _measured["fn"]
-        run(ITERATIONS >> 6)            # (the clock up, the code paged in)
-        workers = [threading.Thread(target=run, args=(ITERATIONS,)) for _ in range(threads)]
-        start = time.perf_counter()
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        seconds = time.perf_counter() - start
-        _measured[threads] = 2 * lanes * ACCUMULATORS * ITERATIONS * threads / seconds / 1e9
-    return _measured[threads]
+    run = _fma_loop()
+    run(ITERATIONS >> 6)            # (the clock up, the code paged in)
+    workers = [threading.Thread(target=run, args=(ITERATIONS,)) for _ in range(threads)]
+    start = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    seconds = time.perf_counter() - start
+    return 2 * engine.vector_lanes() * ACCUMULATORS * ITERATIONS * threads / seconds / 1e9
