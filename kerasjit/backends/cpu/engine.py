@@ -67,10 +67,29 @@ def host_isa():
     return isa, onednn
 
 
+def l2_cache_bytes(default=1 << 20):
+    """The host's per-core L2 cache size (Linux's sysfs; `default` where it is
+    not to be read): how much of an operand a blocked kernel keeps near."""
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for index in sorted(os.listdir(root)):
+            with open(os.path.join(root, index, "level")) as f:
+                if f.read().strip() != "2":
+                    continue
+            with open(os.path.join(root, index, "size")) as f:
+                size = f.read().strip()
+            scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
+            return int(size.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        pass
+    return default
+
+
 def host_description():
-    """CPU name and features code is generated for: part of every compile-cache key."""
+    """CPU name, features and L2 size code is generated for: part of every
+    compile-cache key."""
     _jit()
-    return ":".join(_target())
+    return ":".join(_target()) + f":L2={l2_cache_bytes()}"
 
 
 def is_x86():

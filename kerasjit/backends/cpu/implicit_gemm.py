@@ -1,8 +1,8 @@
 """ImplicitGemm steps (convolutions without a patch matrix) as generated vector code.
 
-A block of output rows by up to four vectors of features stays in vector
-registers while the contraction streams through the operands, read where they
-lie (ImplicitGemm's strides): nothing is written but the output.
+A block of output rows by up to four vectors of features (two on AVX2) stays
+in vector registers while the contraction streams through the operands, read
+where they lie (ImplicitGemm's strides): nothing is written but the output.
 
 `void name(ptr c, ptr a, ptr b, ptr extra..., i64 chunk, i64 lo, i64 hi)`
 runs row blocks [lo, hi) of the flattened (feature block, outer rows, row
@@ -16,11 +16,13 @@ import math
 
 from llvmlite import ir
 
+from . import engine
 from .llvm_types import I64, PTR, counted_loop, run_time_loop, unflatten
 from .vector_code import VectorCode, blocks
 
-MAX_PIECES = 4                  # feature vectors per block
-SLICE_BYTES = 256 << 10         # B's part per contraction slice: well within L2
+# B's part per contraction slice: a quarter of L2 and at most 256 KB
+# (reports/tuning-measurements.md).
+SLICE_BYTES = min(256 << 10, engine.l2_cache_bytes() // 4)
 # Multiply-adds from which a second thread pays (reports/tuning-measurements.md).
 SPLIT_WORK = 1 << 22
 
@@ -28,8 +30,12 @@ SPLIT_WORK = 1 << 22
 class Blocking:
     """How an ImplicitGemm is cut: feature blocks, rows per block, slices."""
 
-    def __init__(self, step, lanes, acc_budget):
-        self.width = width = min(step.n, MAX_PIECES * lanes)
+    def __init__(self, step, code):
+        # Feature vectors per block: B's vectors, the accumulators and a
+        # broadcast all live in registers: 4 + 6x4 + 1 of AVX-512's 32, 2 + 6x2
+        # + 1 of AVX2's 16 (4 + 3x4 + 1 there spill, at half the speed).
+        lanes, acc_budget = code.lanes, code.acc_budget
+        self.width = width = min(step.n, code.registers // 8 * lanes)
         self.feature_blocks = blocks(step.n, width)
         most = max(1, acc_budget // math.ceil(width / lanes))    # rows a block can hold
         # Rows cut evenly: `wide` blocks of `rows` + 1 rows, then blocks of `rows`
@@ -58,7 +64,7 @@ class _Emitter(VectorCode):
         self.c_ptr, self.a_ptr, self.b_ptr = self.fn.args[:3]
         self.extra = self.fn.args[3:3 + extra]
         self.chunk, self.lo, self.hi = self.fn.args[3 + extra:]
-        self.plan = Blocking(step, lanes, self.acc_budget)
+        self.plan = Blocking(step, self)
 
     def const(self, value):
         return ir.Constant(I64, value)

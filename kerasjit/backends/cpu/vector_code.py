@@ -33,7 +33,8 @@ class VectorCode:
     def __init__(self, module, name, args, lanes):
         self.lanes = lanes
         self.vec = ir.VectorType(F32, lanes)
-        self.acc_budget = 24 if lanes >= 16 else 12   # of the 32 (16) vector registers
+        self.registers = 32 if lanes >= 16 else 16     # AVX-512's vector registers, AVX's
+        self.acc_budget = 3 * self.registers // 4       # for accumulators; the rest for operands
         self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), args), name)
         self.fn.linkage = "internal"
         self.fn.attributes.add("noinline")      # (as loop kernels: codegen.py)

@@ -28,9 +28,10 @@ from tests.support.structured_cases import REVERSED_WINDOW, conv_and_grads, rand
 from tests.support.targets import CPU
 
 CASES = {
-    # 80 features: a block of four vectors and one of a single, masked one;
-    # 29 output columns: full blocks of rows and a short one.
-    "wide_features": (conv_and_grads(1, "VALID"), (rand(2, 6, 31, 5), rand(3, 3, 5, 80))),
+    # 84 features: full blocks of vectors and a short one ending in a masked
+    # vector (64 + 16 + 4 on AVX-512, 5 x 16 + 4 on AVX2); 29 output columns:
+    # full blocks of rows and a short one.
+    "wide_features": (conv_and_grads(1, "VALID"), (rand(2, 6, 31, 5), rand(3, 3, 5, 84))),
     "same_padding": (conv_and_grads(1, "SAME"), (rand(3, 9, 8, 6), rand(3, 3, 6, 16))),
     "stride_2": (conv_and_grads(2, "SAME"), (rand(2, 11, 10, 3), rand(5, 5, 3, 7))),
     "dilated": (conv_and_grads(1, "VALID", 2), (rand(1, 12, 11, 4), rand(3, 3, 4, 20))),
