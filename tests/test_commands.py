@@ -68,6 +68,12 @@ def test_convolution_rates_come_per_form_and_for_the_whole_step(tmp_path, monkey
     forms = {r["form"] for r in rows}
     assert {"forward, implicit GEMM", "filter gradient, implicit GEMM", "whole step"} <= forms
     assert all(r["gflops"] > 0 and r["gflop_per_step"] > 0 for r in rows)
+    # a step's forward GFLOP: both convolutions' multiply-adds, however many of
+    # the epoch's steps the race left to TensorFlow
+    (forward,) = [r for r in rows if r["form"] == "forward, implicit GEMM"]
+    b = work.batch
+    assert forward["gflop_per_step"] == pytest.approx(
+        2 * (b * 26 * 26 * 32 * 9 + b * 11 * 11 * 64 * 288) / 1e9, rel=1e-6)
     (step,) = [r for r in rows if r["form"] == "whole step"]
     assert step["gflop_per_step"] == pytest.approx(sum(r["gflop_per_step"] for r in rows
                                                        if r is not step))
