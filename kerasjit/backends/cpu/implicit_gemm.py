@@ -23,6 +23,11 @@ from .vector_code import VectorCode, blocks
 # B's part per contraction slice: a quarter of L2 and at most 256 KB
 # (reports/tuning-measurements.md).
 SLICE_BYTES = min(256 << 10, engine.l2_cache_bytes() // 4)
+# ... and where C fits in half of L2 (a filter gradient: a long contraction
+# into few sums), slices within L1: each slice of A and B serves every block
+# from L1, the partial sums revisited from L2 cost little.
+L1_SLICE_BYTES = 16 << 10
+SMALL_C_BYTES = engine.l2_cache_bytes() // 2
 # Multiply-adds from which a second thread pays (reports/tuning-measurements.md).
 SPLIT_WORK = 1 << 22
 
@@ -46,13 +51,14 @@ class Blocking:
         self.outer_total = math.prod(e for e, _, _ in step.outer)
         self.total = len(self.feature_blocks) * self.outer_total * self.per_outer
         # Slices: the outermost contraction level whose every iteration reads less
-        # of B than SLICE_BYTES is cut into runs of `slice` iterations; each slice
+        # of B than the budget is cut into runs of `slice` iterations; each slice
         # is one such run at one index of the levels outside it.
         extents = [e for e, _, _ in step.depth]
+        budget = L1_SLICE_BYTES if step.m * step.n * 4 <= SMALL_C_BYTES else SLICE_BYTES
         self.level = next(lv for lv in range(len(extents))
-                          if math.prod(extents[lv + 1:]) * width * 4 <= SLICE_BYTES)
+                          if math.prod(extents[lv + 1:]) * width * 4 <= budget)
         panel = math.prod(extents[self.level + 1:]) * width * 4
-        self.slice = min(extents[self.level], max(1, SLICE_BYTES // panel))
+        self.slice = min(extents[self.level], max(1, budget // panel))
         self.cuts = math.ceil(extents[self.level] / self.slice)
         self.slices = math.prod(extents[:self.level]) * self.cuts
         # Where all of B fits a slice, a row block's feature blocks run one after
