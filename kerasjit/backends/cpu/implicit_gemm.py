@@ -7,10 +7,10 @@ where they lie (ImplicitGemm's strides): nothing is written but the output.
 `void name(ptr c, ptr a, ptr b, ptr extra..., i64 chunk, i64 lo, i64 hi)`
 runs row blocks [lo, hi) of the flattened (outer rows, row block) x feature
 block space, so parallel.call_split can share them out. A long contraction is
-cut into slices whose part of B fits in L2; all of a thread's blocks take one
-slice before the next (partial sums kept in C), so B streams from memory once
-per thread, not once per block. An epilogue (epilogues.py) runs over each
-block's rows after their last slice, in place.
+cut into slices whose part of B fits in L2 (in L1 where C is small); all of a
+thread's blocks take one slice before the next (partial sums kept in C), so B
+streams from memory once per thread, not once per block. An epilogue
+(epilogues.py) runs over each block's rows after their last slice, in place.
 """
 import math
 

@@ -64,7 +64,8 @@ def test_sliced_contractions_and_threads_match_evaluator(name, monkeypatch, no_c
     # The code differs from what the same HLO compiled to before: no cache, in
     # memory (a fresh backend for check) or on disk.
     monkeypatch.setattr(cpu_check, "BACKEND", CpuBackend())
-    monkeypatch.setattr(implicit_gemm, "SLICE_BYTES", 256)    # every contraction sliced
+    monkeypatch.setattr(implicit_gemm, "SLICE_BYTES", 256)    # every contraction sliced,
+    monkeypatch.setattr(implicit_gemm, "L1_SLICE_BYTES", 256)  # its C small or not
     monkeypatch.setattr(implicit_gemm, "SPLIT_WORK", 0)       # every one split over threads
     fn, args = CASES[name]
     check_compiled(fn, args)
@@ -119,6 +120,7 @@ def test_bias_and_activation_run_as_the_convolutions_epilogue(name):
 def test_an_epilogue_runs_once_the_last_slice_is_summed(monkeypatch, no_compile_cache):
     monkeypatch.setattr(cpu_check, "BACKEND", CpuBackend())
     monkeypatch.setattr(implicit_gemm, "SLICE_BYTES", 256)
+    monkeypatch.setattr(implicit_gemm, "L1_SLICE_BYTES", 256)
     monkeypatch.setattr(implicit_gemm, "SPLIT_WORK", 0)
     check_compiled(conv_bias_relu_and_grads, BIAS_RELU)
 
