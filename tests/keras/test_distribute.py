@@ -37,6 +37,10 @@ _MIRRORED = textwrap.dedent("""
     results = {}
     for name, (build, shape) in cases.items():
         x, y = workloads.classification_data(320, shape, 10)
+
+        def answers(model):
+            return dict(evaluate=model.evaluate(x, y, batch_size=64, verbose=0),
+                        predict=model.predict(x[:100], batch_size=64, verbose=0).tolist())
         runs = {}
         for mode in ("plain", "kerasjit"):
             keras.utils.set_random_seed(7)
@@ -45,16 +49,14 @@ _MIRRORED = textwrap.dedent("""
             if mode == "kerasjit":
                 model = kerasjit.wrap(model, race=False)
             history = model.fit(x, y, batch_size=64, epochs=2, shuffle=False, verbose=0)
-            runs[mode] = dict(
-                weights=[w.tolist() for w in model.get_weights()], loss=history.history["loss"],
-                evaluate=model.evaluate(x, y, batch_size=64, verbose=0),
-                predict=model.predict(x[:100], batch_size=64, verbose=0).tolist())
-            if mode == "kerasjit":      # plain Keras's evaluate and predict of the same weights
+            runs[mode] = dict(weights=[w.tolist() for w in model.get_weights()],
+                              loss=history.history["loss"])
+            if mode == "kerasjit":      # its answers, and plain Keras's from the same weights
+                runs[mode].update(answers(model))
                 with strategy.scope():
                     twin = build()
                 twin.set_weights(model.get_weights())
-                runs["twin"] = dict(evaluate=twin.evaluate(x, y, batch_size=64, verbose=0),
-                                    predict=twin.predict(x[:100], batch_size=64, verbose=0).tolist())
+                runs["twin"] = answers(twin)
                 clusters = kerasjit.explain(model, x[:64], y[:64]).clusters
                 runs[mode]["clusters"] = [(c.kind, c.ops) for c in clusters]
                 # each replica's copy of every variable, as Keras reads it

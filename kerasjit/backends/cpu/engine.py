@@ -5,6 +5,7 @@ the host's own CPU: an AVX2-only machine's code, run and timed on one with
 AVX-512 (x86-64-v3: AVX2 and FMA, 8 floats a vector; x86-64-v4: AVX-512).
 Imports nothing of kerasjit's: the compile workers load this file alone.
 """
+import functools
 import os
 import threading
 
@@ -67,9 +68,10 @@ def host_isa():
     return isa, onednn
 
 
+@functools.cache
 def l2_cache_bytes(default=1 << 20):
-    """The host's per-core L2 cache size (Linux's sysfs; `default` where it is
-    not to be read): how much of an operand a blocked kernel keeps near."""
+    """The host's per-core L2 cache size (Linux's sysfs, read once; `default`
+    where it is not to be read): how much of an operand a blocked kernel keeps near."""
     root = "/sys/devices/system/cpu/cpu0/cache"
     try:
         for index in sorted(os.listdir(root)):
