@@ -24,6 +24,7 @@ from .errors import warn
 from .frontend.functional import UnsupportedGraph, functionalize
 from .frontend.bridge import traced_for_xla
 from .frontend.plan import build_program, whole_step_in_tensorflow
+from .frontend.row_wise import row_wise
 from .arrays import Rows, gathered
 from .runtime.state import VariableState
 
@@ -88,15 +89,52 @@ class _Run:
         self.direct = None
 
     def __call__(self, tensors):
+        outputs = self.checked(tensors)
+        # The variables kept their values: TensorFlow's kernels raise their error
+        # (or, accepting the inputs after all, make the step).
+        return self.recheck.run(tensors, [])[0] if outputs is None else outputs
+
+    def checked(self, tensors):
+        """The step's outputs, or None where its inputs failed a check (checks.py)."""
         values = self.state.read()
         self.direct = self.direct or self.program.bind(tensors, values)
         outputs, new_state = (self.direct or self.program.run)(tensors, values)
         if self.recheck is not None and not outputs.pop():
-            # The variables kept their values: TensorFlow's kernels raise their error
-            # (or, accepting the inputs after all, make the step).
-            return self.recheck.run(tensors, [])[0]
+            return None
         self.state.write(new_state)
         return outputs
+
+
+class _RowWise:
+    """A signature served by another's compiled step for `size` rows, where
+    the step is row-wise (frontend/row_wise.py): the inputs numbered `rows`
+    padded to `size` rows with copies of their last row, or split `size` rows
+    at a time, and the outputs cut back to their rows. `fallback` runs the
+    step in TensorFlow where the inputs fail a check (its error names their
+    own rows)."""
+
+    def __init__(self, compiled, rows, size, fallback):
+        self.compiled, self.rows, self.size, self.fallback = compiled, rows, size, fallback
+        self.program, self.pack = compiled.program, compiled.pack
+
+    def __call__(self, tensors):
+        n = len(tensors[self.rows[0]])
+        parts = []
+        for start in range(0, n, self.size):
+            part = list(tensors)
+            for i in self.rows:
+                part[i] = _padded(tensors[i][start:start + self.size], self.size)
+            outputs = self.compiled.checked(part)
+            if outputs is None:
+                return self.fallback(tensors)
+            parts.append(outputs)
+        return [np.concatenate(o)[:n] for o in zip(*parts)]
+
+
+def _padded(rows, size):
+    """`rows` and copies of its last row, `size` rows in all."""
+    return rows if len(rows) == size else \
+        np.concatenate([rows, np.repeat(rows[-1:], size - len(rows), axis=0)])
 
 
 class CompileEvent(NamedTuple):
@@ -240,6 +278,8 @@ class CompiledStep:
         self.verdicts = {}          # (structure, signature) -> _Verdict, after the switch
         # Signatures TensorFlow runs: (structure, open signature) -> _Run.
         self.open_programs = {}
+        # Signatures served by another's compiled step (_RowWise), or None where they can't be.
+        self.row_wise = {}
         self.seen_once, self.warned_cap = set(), False
 
     def _traced(self, structure, flat, open_batch=False):
@@ -306,6 +346,9 @@ class CompiledStep:
             return self.verdicts[key].next_run()
         if key in self.programs:
             return self.programs[key]
+        row_wise = self._served_row_wise(key, flat, args)
+        if row_wise is not None:
+            return row_wise
         if len(self.programs) >= self.max_shapes:
             if not self.warned_cap:
                 self.warned_cap = True
@@ -398,6 +441,43 @@ class CompiledStep:
                                             f"{self.name}: tracing for any batch size"))
         return self.open_programs[open_key]
 
+    def _served_row_wise(self, key, flat, args):
+        """A _RowWise run of `key` on a compiled signature that differs from it
+        in the leading dims of some inputs alone (the batch size), the largest
+        such, where the step is row-wise; else None (asked again while there
+        is no such signature compiled yet)."""
+        if key in self.row_wise:
+            return self.row_wise[key]
+        for job_key in list(self.compiling):        # (a compile that finished meanwhile)
+            self._adopt(job_key)
+        structure, signature = key
+        leaves = [s for s in signature if s is not None]
+        best = None
+        for (other_structure, other), run in self.programs.items():
+            # (a step that updates variables, such as a train step, is never row-wise)
+            compiled = [c.kind for c in run.program.clusters] == ["compiled"] \
+                and not run.program.state_outputs
+            if other_structure != structure or not compiled or (other_structure, other) in \
+                    self.compiling:
+                continue
+            other_leaves = [s for s in other if s is not None]
+            rows = _batch_inputs(other_leaves, leaves)
+            if rows and (best is None or other_leaves[rows[0]][0][0] > best[2]):
+                best = (run, rows, other_leaves[rows[0]][0][0], other_leaves)
+        if best is None:
+            return None
+        run, rows, size, other_leaves = best
+        tf_run = self._any_batch_size(key, flat, args)
+        start = time.perf_counter()
+        proved = row_wise(tf_run.traced, self.backend, set(rows),
+                          [s[0] for s in other_leaves], [s[0] for s in leaves])
+        self.events.append(CompileEvent(
+            start, time.perf_counter() - start,
+            f"{self.name}: checking whether the step for {size} rows serves "
+            f"{leaves[rows[0]][0][0]}: {'yes' if proved else 'no'}"))
+        self.row_wise[key] = _RowWise(run, rows, size, tf_run) if proved else None
+        return self.row_wise[key]
+
     def wait(self):
         """Wait for the compiles running in the background and switch to their
         compiled steps (whoever needs the compiled step now: explain())."""
@@ -462,7 +542,7 @@ class CompiledStep:
     def _outputs(self, run, flats, keep_all):
         steps = [[a for a in flat if a is not None] for flat in flats]
         ran = None
-        if len(steps) > 1:
+        if len(steps) > 1 and isinstance(run, _Run):
             ran = run.program.run_steps([list(column) for column in zip(*steps)],
                                         run.state.read(), keep_all)
         if ran is not None and (run.recheck is None or ran[0].pop().all()):
@@ -475,6 +555,21 @@ class CompiledStep:
             outputs = [np.concatenate(o) for o in zip(*per_step)] \
                 if keep_all and len(per_step) > 1 else per_step[-1]
         return outputs
+
+
+def _batch_inputs(compiled, new):
+    """The positions of the flat inputs (their (shape, dtype)s) whose leading
+    dims differ between two signatures, one size in each and nothing else
+    different; else []."""
+    rows = [i for i, (a, b) in enumerate(zip(compiled, new)) if a != b]
+    for i in rows:
+        (shape, dtype), (new_shape, new_dtype) = compiled[i], new[i]
+        if dtype != new_dtype or not shape or len(shape) != len(new_shape) \
+                or shape[1:] != new_shape[1:]:
+            return []
+    sizes = {(compiled[i][0][0], new[i][0][0]) for i in rows}
+    return rows if len(compiled) == len(new) and len(sizes) == 1 \
+        and 0 not in next(iter(sizes)) else []
 
 
 def jit(fn, backend="auto", max_shapes=8, race=True):

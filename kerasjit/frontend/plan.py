@@ -178,10 +178,11 @@ class Planner:
                 self.rejected.update(opaque)
                 return None
             name = f"'{members[0]}' ({len(members)} ops)"
-            run.specializer = Specializer(self._compile_fn(fn, digest,
-                                                           self._donations(members, inputs,
-                                                                           outputs)),
-                                          name, self.cap, self.events)
+            run.specializer = Specializer(
+                self._compile_fn(fn, digest, self._donations(members, inputs, outputs)),
+                name, self.cap, self.events,
+                hlo_fn=lambda specs, fn=fn, digest=digest: bridge.cached_hlo_module(
+                    fn, digest, specs, optimized=False))
             if self.race and any(op.startswith(_RACED_OPS) for _, op in ops):
                 run.race = Race(name)
             specs = self._input_specs(inputs)

@@ -54,8 +54,9 @@ class Specializer:
     it saves.
     """
 
-    def __init__(self, compile_fn, name, cap=8, events=None):
+    def __init__(self, compile_fn, name, cap=8, events=None, hlo_fn=None):
         self.compile_fn, self.name, self.cap = compile_fn, name, cap
+        self.hlo_fn = hlo_fn          # TensorSpecs -> the bridge's module, not compiled
         self.cache, self.gave_up, self.module = {}, None, None
         self.events = events if events is not None else []   # (t_start, seconds, reason)
 

@@ -162,22 +162,24 @@ def test_the_program_ends_cleanly_while_a_compile_runs_in_the_background():
 
 
 def test_past_max_shapes_new_batch_sizes_run_in_tensorflow_traced_once():
+    """(The test step: its metrics sum over the batch, so one batch size's
+    compiled step cannot serve another, as a predict step's can.)"""
     x, y = _data(64)
     model = kerasjit.wrap(_model(), max_shapes=2, background=False)
     plain = _model()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for n in (8, 9):
-            np.testing.assert_allclose(model.predict_on_batch(x[:n]), plain.predict_on_batch(x[:n]),
-                                       rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(model.test_on_batch(x[:n], y[:n]),
+                                       plain.test_on_batch(x[:n], y[:n]), rtol=1e-5, atol=1e-6)
     with pytest.warns(RuntimeWarning, match="more than 2 input signatures") as caught:
         for n in range(10, 30):
-            np.testing.assert_allclose(model.predict_on_batch(x[:n]),
-                                       plain.predict_on_batch(x[:n]), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(model.test_on_batch(x[:n], y[:n]),
+                                       plain.test_on_batch(x[:n], y[:n]), rtol=1e-5, atol=1e-6)
     (warned,) = [w for w in caught if "input signatures" in str(w.message)]
     # attributed to the line that called Keras (this file), not to kerasjit's own
     assert warned.filename == __file__, warned.filename
-    step = model._kerasjit.predict
+    step = model._kerasjit.test
     assert len(step.programs) == 2 and len(step.open_programs) == 1
 
 

@@ -1,0 +1,293 @@
+"""Whether a module computes each output row from the same input row alone.
+
+A batch's rows are samples: where every output's row i depends on row i of
+the row inputs alone, a program compiled for N rows serves any number of
+rows, padded up to N or N at a time (a predict step over batch sizes).
+
+Each value gets a row state:
+- `Rows(d)`: dim d indexes the rows; its element i along d depends on row i
+  of the row inputs and on no other row;
+- `Free(u)`: it depends on no row input, and is the same along the dims in
+  `u` (a weight, a broadcast scalar; an iota is not, along its dim);
+- `MIXED`: rows meet (a sum over them, a slice of them, a row-shaped
+  constant) or the rules cannot tell.
+
+The rules read the module alongside the bridge's module of the same graph
+for another row count: it must be the same program but for the extents that
+are the row count, and an extent that is the row count is a row dim (no
+constant made of the batch size, such as a mean's 1/N; no sum over it).
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from .opcodes import ELEMENTWISE
+
+
+@dataclass(frozen=True)
+class Rows:
+    dim: int
+
+
+@dataclass(frozen=True)
+class Free:
+    uniform: frozenset
+
+
+MIXED = None
+
+
+def _free(shape, uniform=()):
+    """Free, uniform along `uniform` and along every dim of extent 1."""
+    return Free(frozenset(uniform) | {d for d, n in enumerate(shape.dims) if n == 1})
+
+
+def _join(states, shape):
+    """The state of an elementwise result of operands in `states` (same shape)."""
+    if any(s is MIXED for s in states):
+        return MIXED
+    rows = {s.dim for s in states if isinstance(s, Rows)}
+    free = [s.uniform for s in states if isinstance(s, Free)]
+    if len(rows) > 1:
+        return MIXED
+    if rows:
+        (d,) = rows
+        # A free operand must be the same for every row, else row i meets its position.
+        return Rows(d) if all(d in u for u in free) else MIXED
+    return _free(shape, frozenset.intersection(*free))
+
+
+def _moved(state, shape, dim_map):
+    """`state` through an op that moves operand dim d to output dim dim_map[d]
+    (or drops it: None), otherwise elementwise."""
+    if isinstance(state, Rows):
+        d = dim_map.get(state.dim)
+        return MIXED if d is None else Rows(d)
+    if isinstance(state, Free):
+        return _free(shape, {dim_map[d] for d in state.uniform if dim_map.get(d) is not None})
+    return MIXED
+
+
+def _trivial(window_dim):
+    w = window_dim
+    return (w.size, w.stride, w.pad_lo, w.pad_hi, w.lhs_dilate, w.rhs_dilate) == (1, 1, 0, 0, 1, 1)
+
+
+def _reshape(inst, state):
+    """Rows survive a reshape that keeps the row dim whole, with as many
+    elements before it."""
+    if isinstance(state, Free):
+        return _free(inst.shape)
+    if state is MIXED:
+        return MIXED
+    src = inst.operands[0].shape.dims
+    before = int(np.prod(src[:state.dim], dtype=np.int64))
+    for d, n in enumerate(inst.shape.dims):
+        if int(np.prod(inst.shape.dims[:d], dtype=np.int64)) == before and n == src[state.dim]:
+            return Rows(d)
+    return MIXED
+
+
+def _dot(inst, lhs, rhs):
+    a = inst.attrs
+    lb, lc = a.get("lhs_batch_dims", ()), a.get("lhs_contracting_dims", ())
+    rb, rc = a.get("rhs_batch_dims", ()), a.get("rhs_contracting_dims", ())
+    lfree = [d for d in range(inst.operands[0].shape.rank) if d not in lb and d not in lc]
+    rfree = [d for d in range(inst.operands[1].shape.rank) if d not in rb and d not in rc]
+    if lhs is MIXED or rhs is MIXED:
+        return MIXED
+    if isinstance(lhs, Rows) and isinstance(rhs, Rows):
+        # Rows meet only row by row: both operands' row dims are one batch dim.
+        same = lhs.dim in lb and rhs.dim in rb and lb.index(lhs.dim) == rb.index(rhs.dim)
+        return Rows(lb.index(lhs.dim)) if same else MIXED
+    for rows, other, batch, other_batch, free, offset in (
+            (lhs, rhs, lb, rb, lfree, len(lb)), (rhs, lhs, rb, lb, rfree, len(lb) + len(lfree))):
+        if isinstance(rows, Rows):
+            if rows.dim in free:
+                return Rows(offset + free.index(rows.dim))
+            if rows.dim in batch and other_batch[batch.index(rows.dim)] in other.uniform:
+                return Rows(batch.index(rows.dim))
+            return MIXED
+    return _free(inst.shape)
+
+
+def _convolution(inst, lhs, rhs):
+    if isinstance(lhs, Free) and isinstance(rhs, Free):
+        return _free(inst.shape)
+    lhs_dims, _, out_dims = inst.attrs["dim_labels"].positions()
+    if isinstance(lhs, Rows) and isinstance(rhs, Free) and lhs.dim == lhs_dims["b"] \
+            and inst.attrs.get("batch_group_count", 1) == 1:
+        return Rows(out_dims["b"])
+    return MIXED
+
+
+def _gather(inst, operand, indices):
+    a = inst.attrs
+    if isinstance(operand, Free) and isinstance(indices, Free):
+        return _free(inst.shape)
+    if not (isinstance(operand, Free) and isinstance(indices, Rows)) \
+            or a.get("operand_batching_dims") or indices.dim == a["index_vector_dim"]:
+        return MIXED
+    # The output's dims that are not offset dims follow the indices' other dims.
+    batch_out = [d for d in range(inst.shape.rank) if d not in a["offset_dims"]]
+    batch_in = [d for d in range(inst.operands[1].shape.rank) if d != a["index_vector_dim"]]
+    return Rows(batch_out[batch_in.index(indices.dim)])
+
+
+def _reduce(inst, states, window=None):
+    """reduce (dims `dimensions` dropped) or reduce-window (`window` per dim)."""
+    k = len(states) // 2
+    inputs, inits = states[:k], states[k:]
+    if any(not isinstance(s, Free) for s in inits):
+        return MIXED
+    shape = inst.shape.tuple_shapes[0] if inst.shape.is_tuple else inst.shape
+    joined = _join(inputs, inst.operands[0].shape)
+    if window is not None:
+        kept = {d: d for d, w in enumerate(window) if _trivial(w)}
+    else:
+        dropped = inst.attrs["dimensions"]
+        kept = {d: d - sum(r < d for r in dropped)
+                for d in range(inst.operands[0].shape.rank) if d not in dropped}
+    state = _moved(joined, shape, kept)
+    return (state,) * k if inst.shape.is_tuple else state
+
+
+def _rule(inst, states):
+    """The row state of `inst` from its operands' states."""
+    op, shape, a = inst.opcode, inst.shape, inst.attrs
+    if inst.kind == ELEMENTWISE:
+        # (a scalar operand of clamp is the same everywhere)
+        return _join([_free(shape, range(shape.rank)) if o.shape.rank == 0 and s is not MIXED
+                      else s for o, s in zip(inst.operands, states)], shape)
+    if op == "constant":
+        lit = np.asarray(inst.literal)
+        return _free(shape, {d for d in range(lit.ndim)
+                             if (lit == lit.take([0], axis=d)).all()} if lit.size else ())
+    if op == "iota":
+        return _free(shape, set(range(shape.rank)) - {a["iota_dimension"]})
+    if op == "broadcast":
+        new_dims = set(range(shape.rank)) - set(a["dimensions"])     # (the same along them)
+        moved = _moved(states[0], shape, dict(enumerate(a["dimensions"])))
+        return Free(moved.uniform | new_dims) if isinstance(moved, Free) else moved
+    if op in ("reshape", "bitcast"):
+        return _reshape(inst, states[0])
+    if op == "transpose":
+        return _moved(states[0], shape, {d: i for i, d in enumerate(a["dimensions"])})
+    if op in ("slice", "pad", "reverse"):
+        rank = shape.rank
+        whole = {"slice": lambda d: a["slice"][d] == (0, inst.operands[0].shape.dims[d], 1),
+                 "pad": lambda d: tuple(a["padding"][d]) == (0, 0, 0),
+                 "reverse": lambda d: d not in a["dimensions"]}[op]
+        if op == "pad" and not isinstance(states[1], Free):
+            return MIXED
+        return _moved(states[0], shape, {d: d for d in range(rank) if whole(d)})
+    if op == "concatenate":
+        (c,) = a["dimensions"]
+        joined = _join(states, inst.operands[0].shape)
+        return _moved(joined, shape, {d: d for d in range(shape.rank) if d != c})
+    if op == "dot":
+        return _dot(inst, *states)
+    if op == "convolution":
+        return _convolution(inst, *states)
+    if op == "gather":
+        return _gather(inst, *states)
+    if op == "reduce":
+        return _reduce(inst, states)
+    if op == "reduce-window":
+        return _reduce(inst, states, a["window"])
+    if op == "tuple":
+        return tuple(states)
+    if op == "get-tuple-element":
+        return states[0][a["index"]] if isinstance(states[0], tuple) else MIXED
+    # Anything else (a loop, a scatter, a sort, random bits): rows that reach it mix.
+    if all(isinstance(s, Free) for s in states):
+        return tuple(_free(s) for s in shape.tuple_shapes) if shape.is_tuple else _free(shape)
+    return MIXED
+
+
+def _differing(shape, shape2):
+    """The dims where two shapes' extents differ (per element of a tuple), or
+    None where they differ otherwise."""
+    if shape.is_tuple or shape2.is_tuple:
+        if not (shape.is_tuple and shape2.is_tuple) \
+                or len(shape.tuple_shapes) != len(shape2.tuple_shapes):
+            return None
+        parts = tuple(map(_differing, shape.tuple_shapes, shape2.tuple_shapes))
+        return None if None in parts else parts
+    if shape.dtype != shape2.dtype or shape.rank != shape2.rank:
+        return None
+    return frozenset(d for d, (n, n2) in enumerate(zip(shape.dims, shape2.dims)) if n != n2)
+
+
+def _as_rows(state, differing):
+    """`state` where the dims in `differing` have the row count as extent: a
+    value the same along its one such dim is row-wise there too (each row
+    depends on none); a value not row-wise along it mixes rows (a sum over
+    an extent that is the row count is the row count's doing)."""
+    if isinstance(differing, tuple):
+        return tuple(map(_as_rows, state, differing)) if isinstance(state, tuple) \
+            and len(state) == len(differing) else MIXED
+    if isinstance(state, tuple):
+        return MIXED
+    if not differing:
+        return MIXED if isinstance(state, Rows) else state
+    if len(differing) > 1 or state is MIXED:
+        return MIXED
+    (d,) = differing
+    if isinstance(state, Rows):
+        return state if state.dim == d else MIXED
+    return Rows(d) if d in state.uniform else MIXED
+
+
+def rows_independent(module, other, row_parameters, exempt=()):
+    """Whether every output of `module` (but those numbered in `exempt`) has
+    its rows along its first dim, row i made from row i of the parameters
+    numbered in `row_parameters` alone (their first dim), where `other` is the
+    bridge's module of the same graph for another row count: it must be the
+    same program with only the row extents changed (no constant made of the
+    row count, no sum over an extent that is the row count)."""
+    if len(module.computations) != len(other.computations):
+        return False
+    states = {}
+    for comp, comp2 in zip(module.computations, other.computations):
+        if len(comp.instructions) != len(comp2.instructions):
+            return False
+        entry = comp is module.entry
+        index = {inst: k for k, inst in enumerate(comp.instructions)}
+        index2 = {inst: k for k, inst in enumerate(comp2.instructions)}
+        for inst, inst2 in zip(comp.instructions, comp2.instructions):
+            differing = _differing(inst.shape, inst2.shape)
+            if differing is None or not _same_instruction(inst, inst2, index, index2) \
+                    or not entry and differing:
+                return False
+            if not entry:
+                continue
+            if inst.opcode == "parameter":
+                state = Rows(0) if inst.parameter_number in row_parameters else _free(inst.shape)
+            else:
+                state = _rule(inst, [states[o] for o in inst.operands])
+            states[inst] = _as_rows(state, differing)
+    root = module.entry.root
+    outputs = list(root.operands) if root.opcode == "tuple" else [root]
+    return all(states[out] == Rows(0) for i, out in enumerate(outputs) if i not in exempt)
+
+
+def _same_instruction(inst, inst2, index, index2):
+    """The same instruction but maybe for its extents (and a slice's limits)."""
+    if inst.opcode != inst2.opcode or inst.parameter_number != inst2.parameter_number \
+            or [index[o] for o in inst.operands] != [index2[o] for o in inst2.operands]:
+        return False
+    if inst.literal is not None and not np.array_equal(inst.literal, inst2.literal):
+        return False
+    attrs, attrs2 = _compared(inst), _compared(inst2)
+    if inst.opcode == "slice":
+        # (a whole dim's slice ends at its extent; the rules say whether it is whole)
+        attrs["slice"], attrs2["slice"] = (
+            [(start, stride) for start, _, stride in x["slice"]] for x in (attrs, attrs2))
+    return attrs == attrs2
+
+
+def _compared(inst):
+    """Its attributes but called computations (compared by position)."""
+    return {k: v for k, v in inst.attrs.items() if not hasattr(v, "instructions")
+            and not (isinstance(v, (list, tuple)) and v and hasattr(v[0], "instructions"))}

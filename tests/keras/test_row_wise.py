@@ -1,0 +1,100 @@
+"""One compile for every batch size where the step is row-wise (a predict
+step, as most are): other batch sizes run on the compiled step, padded or
+split, and give plain Keras's results."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import kerasjit
+
+
+@pytest.fixture(autouse=True)
+def _cold(monkeypatch):
+    monkeypatch.setenv("KERASJIT_CACHE_DIR", "")
+
+
+def _cnn():
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([
+        keras.Input((10, 10, 3)), keras.layers.Conv2D(6, 3, activation="relu"),
+        keras.layers.BatchNormalization(), keras.layers.MaxPooling2D(2),
+        keras.layers.Dropout(0.3), keras.layers.Flatten(),
+        keras.layers.Dense(4, activation="softmax")])
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    return model
+
+
+def _images(n, seed=0):
+    return np.random.default_rng(seed).standard_normal((n, 10, 10, 3)).astype(np.float32)
+
+
+def _compiles(model):
+    return [e for e in model._kerasjit.compile_events if "compiling" in e.what]
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_predict_on_batch_over_24_batch_sizes_compiles_once(background):
+    """In the background, the sizes met while the first one compiles run in
+    TensorFlow, and on the compiled step when they come again."""
+    plain, model = _cnn(), kerasjit.wrap(_cnn(), background=background)
+    sizes = np.random.default_rng(2).permutation(np.arange(1, 25))
+    step = model._kerasjit.predict
+    for _ in range(1 + background):
+        for i, n in enumerate(sizes):
+            x = _images(n, seed=i)
+            np.testing.assert_allclose(model.predict_on_batch(x), plain.predict_on_batch(x),
+                                       rtol=1e-5, atol=1e-6)
+        step.wait()
+    assert len(_compiles(model)) == 1 and len(step.programs) == 1
+    # every other size, the larger ones split, ran on the compiled step
+    assert len(step.row_wise) == 23 and None not in step.row_wise.values()
+
+
+def test_predict_with_a_partial_last_batch_compiles_once():
+    plain, model = _cnn(), kerasjit.wrap(_cnn(), background=False)
+    x = _images(100)
+    np.testing.assert_allclose(model.predict(x, batch_size=32, verbose=0),
+                               plain.predict(x, batch_size=32, verbose=0), rtol=1e-5, atol=1e-6)
+    assert len(_compiles(model)) == 1
+
+
+def test_a_step_whose_rows_meet_is_compiled_per_batch_size_and_stays_right():
+    """A layer centring each batch on its mean: another batch size is no
+    padded copy of the compiled one, so kerasjit does not serve it so."""
+    def centred():
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3),
+                                  keras.layers.Lambda(lambda h: h - keras.ops.mean(h, axis=0))])
+        model.compile(optimizer="sgd", loss="mse")
+        return model
+    plain, model = centred(), kerasjit.wrap(centred(), background=False)
+    x = np.random.default_rng(3).standard_normal((30, 5)).astype(np.float32)
+    for n in (8, 5, 12, 5, 12):
+        np.testing.assert_allclose(model.predict_on_batch(x[:n]), plain.predict_on_batch(x[:n]),
+                                   rtol=1e-5, atol=1e-6)
+    step = model._kerasjit.predict
+    assert set(step.row_wise.values()) == {None}
+    assert len(step.programs) == 3
+
+
+def test_an_index_out_of_range_in_another_batch_size_raises_as_in_keras():
+    def embedded():
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((6,), dtype="int32"), keras.layers.Embedding(10, 4),
+                                  keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(2)])
+        model.compile(optimizer="sgd", loss="mse")
+        return model
+    plain, model = embedded(), kerasjit.wrap(embedded(), background=False)
+    ids = np.random.default_rng(4).integers(0, 10, (16, 6)).astype(np.int32)
+    np.testing.assert_allclose(model.predict_on_batch(ids), plain.predict_on_batch(ids),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(model.predict_on_batch(ids[:5]), plain.predict_on_batch(ids[:5]),
+                               rtol=1e-5, atol=1e-6)
+    assert model._kerasjit.predict.row_wise
+    bad = ids[:5].copy()
+    bad[3, 2] = 10
+    with pytest.raises(tf.errors.InvalidArgumentError, match="10 is not in"):
+        plain.predict_on_batch(bad)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="10 is not in"):
+        model.predict_on_batch(bad)
