@@ -453,7 +453,7 @@ class CompiledStep:
         structure, signature = key
         leaves = [s for s in signature if s is not None]
         best = None
-        for (other_structure, other), run in self.programs.items():
+        for (other_structure, other), run in list(self.programs.items()):
             # (a step that updates variables, such as a train step, is never row-wise)
             compiled = [c.kind for c in run.program.clusters] == ["compiled"] \
                 and not run.program.state_outputs
