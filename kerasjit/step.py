@@ -116,8 +116,15 @@ class _RowWise:
     def __init__(self, compiled, rows, size, fallback):
         self.compiled, self.rows, self.size, self.fallback = compiled, rows, size, fallback
         self.program, self.pack = compiled.program, compiled.pack
+        self.calls = 0
+
+    def outgrown(self, rows):
+        """Whether `rows` rows, served before, take several calls of the
+        compiled step: a size that recurs so is worth a compile of its own."""
+        return self.calls > 0 and rows > 2 * self.size
 
     def __call__(self, tensors):
+        self.calls += 1
         n = len(tensors[self.rows[0]])
         parts = []
         for start in range(0, n, self.size):
@@ -447,7 +454,15 @@ class CompiledStep:
         such, where the step is row-wise; else None (asked again while there
         is no such signature compiled yet)."""
         if key in self.row_wise:
-            return self.row_wise[key]
+            served = self.row_wise[key]
+            rows = served and [a for a in flat if a is not None][served.rows[0]].shape[0]
+            if served is None or not served.outgrown(rows) \
+                    or len(self.programs) >= self.max_shapes:
+                return served
+            # (a batch size that recurs, many times the compiled one: compiled now)
+            self.seen_once.add(key)
+            self.row_wise[key] = None
+            return None
         for job_key in list(self.compiling):        # (a compile that finished meanwhile)
             self._adopt(job_key)
         structure, signature = key

@@ -5,8 +5,10 @@ the row inputs alone, a program compiled for N rows serves any number of
 rows, padded up to N or N at a time (a predict step over batch sizes).
 
 Each value gets a row state:
-- `Rows(d)`: dim d indexes the rows; its element i along d depends on row i
-  of the row inputs and on no other row;
+- `Rows(d, g)`: dim d holds the rows, g elements each (a batch of
+  sequences flattened for a matmul: g positions a row); its element i
+  along d depends on row i // g of the row inputs and on no other row
+  (g None: on no row at all, a value the same along d, any grouping);
 - `Free(u)`: it depends on no row input, and is the same along the dims in
   `u` (a weight, a broadcast scalar; an iota is not, along its dim);
 - `MIXED`: rows meet (a sum over them, a slice of them, a row-shaped
@@ -17,6 +19,7 @@ for another row count: it must be the same program but for the extents that
 are the row count, and an extent that is the row count is a row dim (no
 constant made of the batch size, such as a mean's 1/N; no sum over it).
 """
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +30,10 @@ from .opcodes import ELEMENTWISE
 @dataclass(frozen=True)
 class Rows:
     dim: int
+    group: int = 1          # elements per row along `dim`; None: any
+
+    def moved(self, dim):
+        return Rows(dim, self.group)
 
 
 @dataclass(frozen=True)
@@ -47,13 +54,14 @@ def _join(states, shape):
     if any(s is MIXED for s in states):
         return MIXED
     rows = {s.dim for s in states if isinstance(s, Rows)}
+    groups = {s.group for s in states if isinstance(s, Rows)} - {None}
     free = [s.uniform for s in states if isinstance(s, Free)]
-    if len(rows) > 1:
+    if len(rows) > 1 or len(groups) > 1:
         return MIXED
     if rows:
         (d,) = rows
         # A free operand must be the same for every row, else row i meets its position.
-        return Rows(d) if all(d in u for u in free) else MIXED
+        return Rows(d, min(groups, default=None)) if all(d in u for u in free) else MIXED
     return _free(shape, frozenset.intersection(*free))
 
 
@@ -62,7 +70,7 @@ def _moved(state, shape, dim_map):
     (or drops it: None), otherwise elementwise."""
     if isinstance(state, Rows):
         d = dim_map.get(state.dim)
-        return MIXED if d is None else Rows(d)
+        return MIXED if d is None else state.moved(d)
     if isinstance(state, Free):
         return _free(shape, {dim_map[d] for d in state.uniform if dim_map.get(d) is not None})
     return MIXED
@@ -74,17 +82,20 @@ def _trivial(window_dim):
 
 
 def _reshape(inst, state):
-    """Rows survive a reshape that keeps the row dim whole, with as many
-    elements before it."""
+    """Rows survive a reshape to a dim with as many elements before it whose
+    elements each lie within one row: (N, 5, 6) -> (5N, 6) is rows of 5,
+    and back."""
     if isinstance(state, Free):
         return _free(inst.shape)
     if state is MIXED:
         return MIXED
-    src = inst.operands[0].shape.dims
-    before = int(np.prod(src[:state.dim], dtype=np.int64))
-    for d, n in enumerate(inst.shape.dims):
-        if int(np.prod(inst.shape.dims[:d], dtype=np.int64)) == before and n == src[state.dim]:
-            return Rows(d)
+    src, out = inst.operands[0].shape.dims, inst.shape.dims
+    before = math.prod(src[:state.dim])
+    row_span = (state.group or 1) * math.prod(src[state.dim + 1:])    # elements a row holds
+    for d in range(len(out)):
+        element = math.prod(out[d + 1:])
+        if math.prod(out[:d]) == before and row_span % element == 0:
+            return Rows(d, row_span // element)
     return MIXED
 
 
@@ -99,14 +110,15 @@ def _dot(inst, lhs, rhs):
     if isinstance(lhs, Rows) and isinstance(rhs, Rows):
         # Rows meet only row by row: both operands' row dims are one batch dim.
         same = lhs.dim in lb and rhs.dim in rb and lb.index(lhs.dim) == rb.index(rhs.dim)
-        return Rows(lb.index(lhs.dim)) if same else MIXED
+        joined = _join([lhs.moved(0), rhs.moved(0)], None) if same else MIXED
+        return joined and joined.moved(lb.index(lhs.dim))
     for rows, other, batch, other_batch, free, offset in (
             (lhs, rhs, lb, rb, lfree, len(lb)), (rhs, lhs, rb, lb, rfree, len(lb) + len(lfree))):
         if isinstance(rows, Rows):
             if rows.dim in free:
-                return Rows(offset + free.index(rows.dim))
+                return rows.moved(offset + free.index(rows.dim))
             if rows.dim in batch and other_batch[batch.index(rows.dim)] in other.uniform:
-                return Rows(batch.index(rows.dim))
+                return rows.moved(batch.index(rows.dim))
             return MIXED
     return _free(inst.shape)
 
@@ -117,7 +129,7 @@ def _convolution(inst, lhs, rhs):
     lhs_dims, _, out_dims = inst.attrs["dim_labels"].positions()
     if isinstance(lhs, Rows) and isinstance(rhs, Free) and lhs.dim == lhs_dims["b"] \
             and inst.attrs.get("batch_group_count", 1) == 1:
-        return Rows(out_dims["b"])
+        return lhs.moved(out_dims["b"])
     return MIXED
 
 
@@ -131,7 +143,7 @@ def _gather(inst, operand, indices):
     # The output's dims that are not offset dims follow the indices' other dims.
     batch_out = [d for d in range(inst.shape.rank) if d not in a["offset_dims"]]
     batch_in = [d for d in range(inst.operands[1].shape.rank) if d != a["index_vector_dim"]]
-    return Rows(batch_out[batch_in.index(indices.dim)])
+    return indices.moved(batch_out[batch_in.index(indices.dim)])
 
 
 def _reduce(inst, states, window=None):
@@ -236,7 +248,7 @@ def _as_rows(state, differing):
     (d,) = differing
     if isinstance(state, Rows):
         return state if state.dim == d else MIXED
-    return Rows(d) if d in state.uniform else MIXED
+    return Rows(d, None) if d in state.uniform else MIXED
 
 
 def rows_independent(module, other, row_parameters, exempt=()):
@@ -269,7 +281,9 @@ def rows_independent(module, other, row_parameters, exempt=()):
             states[inst] = _as_rows(state, differing)
     root = module.entry.root
     outputs = list(root.operands) if root.opcode == "tuple" else [root]
-    return all(states[out] == Rows(0) for i, out in enumerate(outputs) if i not in exempt)
+    return all(isinstance(states[out], Rows) and states[out].dim == 0
+               and states[out].group in (1, None)
+               for i, out in enumerate(outputs) if i not in exempt)
 
 
 def _same_instruction(inst, inst2, index, index2):
@@ -277,7 +291,7 @@ def _same_instruction(inst, inst2, index, index2):
     if inst.opcode != inst2.opcode or inst.parameter_number != inst2.parameter_number \
             or [index[o] for o in inst.operands] != [index2[o] for o in inst2.operands]:
         return False
-    if inst.literal is not None and not np.array_equal(inst.literal, inst2.literal):
+    if inst.literal is not None and not _same_literal(inst.literal, inst2.literal):
         return False
     attrs, attrs2 = _compared(inst), _compared(inst2)
     if inst.opcode == "slice":
@@ -285,6 +299,19 @@ def _same_instruction(inst, inst2, index, index2):
         attrs["slice"], attrs2["slice"] = (
             [(start, stride) for start, _, stride in x["slice"]] for x in (attrs, attrs2))
     return attrs == attrs2
+
+
+def _same_literal(lit, lit2):
+    """Equal constants, or equal but for their extent along dims where each
+    is the same throughout (a mask broadcast along the rows, folded)."""
+    lit, lit2 = np.asarray(lit), np.asarray(lit2)
+    if lit.shape != lit2.shape and lit.ndim == lit2.ndim:
+        for d in np.flatnonzero(np.not_equal(lit.shape, lit2.shape)):
+            first, first2 = lit.take([0], axis=d), lit2.take([0], axis=d)
+            if not ((lit == first).all() and (lit2 == first2).all()):
+                return False
+            lit, lit2 = first, first2
+    return np.array_equal(lit, lit2)
 
 
 def _compared(inst):

@@ -23,6 +23,11 @@ ROW_WISE = {
         lambda ids: tf.reduce_mean(tf.gather(TABLE, ids), axis=1), (7,), tf.int32),
     "flatten, transposes": (
         lambda x: tf.transpose(tf.transpose(tf.reshape(x, (-1, 12)))), (3, 4), tf.float32),
+    "dense over a sequence (rows of positions merged for a matmul)": (
+        lambda x: tf.nn.relu(tf.reshape(tf.reshape(x, (-1, 6)) @ W, (-1, 4, 5))), (4, 6),
+        tf.float32),
+    "self-attention": (
+        lambda x: tf.nn.softmax(tf.einsum("bqd,bkd->bqk", x, x)) @ x, (4, 6), tf.float32),
     "a constant per row": (lambda x: x[:, :1] * 0 + tf.ones_like(x[:, :1]), (6,), tf.float32),
 }
 
@@ -38,6 +43,9 @@ MIXING = {
     "a row dropped": (lambda x: x[1:], (6,)),
     "rows merged": (lambda x: tf.reshape(x, (-1,)), (6,)),
     "next row's difference": (lambda x: x[1:] - x[:-1], (6,)),
+    "rows split in two halves": (lambda x: tf.reshape(x, (2, -1)), (6,)),
+    "a sum over merged rows' positions": (
+        lambda x: tf.reduce_sum(tf.reshape(x, (-1, 6)), axis=0), (4, 6)),
 }
 
 

@@ -51,6 +51,18 @@ def test_predict_on_batch_over_24_batch_sizes_compiles_once(background):
     assert len(step.row_wise) == 23 and None not in step.row_wise.values()
 
 
+def test_a_batch_size_many_times_the_compiled_one_compiles_when_it_comes_again():
+    plain, model = _cnn(), kerasjit.wrap(_cnn(), background=False)
+    x = _images(64)
+    for n in (2, 64, 64, 64, 3):
+        np.testing.assert_allclose(model.predict_on_batch(x[:n]), plain.predict_on_batch(x[:n]),
+                                   rtol=1e-5, atol=1e-6)
+    step = model._kerasjit.predict
+    assert len(_compiles(model)) == 2 and len(step.programs) == 2
+    # (3 rows: served by the larger one)
+    assert [run.size for run in step.row_wise.values() if run is not None] == [64]
+
+
 def test_predict_with_a_partial_last_batch_compiles_once():
     plain, model = _cnn(), kerasjit.wrap(_cnn(), background=False)
     x = _images(100)
@@ -98,3 +110,22 @@ def test_an_index_out_of_range_in_another_batch_size_raises_as_in_keras():
         plain.predict_on_batch(bad)
     with pytest.raises(tf.errors.InvalidArgumentError, match="10 is not in"):
         model.predict_on_batch(bad)
+
+
+def test_a_causal_attention_model_over_batch_sizes_compiles_once():
+    """Dense layers over a sequence flatten rows of positions for a matmul, and
+    the causal mask is a constant as large as the batch: still row-wise."""
+    def decoder():
+        keras.utils.set_random_seed(1)
+        tokens = keras.Input((10,), dtype="int32")
+        h = keras.layers.Embedding(50, 8)(tokens)
+        h = h + keras.layers.MultiHeadAttention(2, 4)(h, h, use_causal_mask=True)
+        model = keras.Model(tokens, keras.layers.Dense(50)(keras.layers.LayerNormalization()(h)))
+        model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+        return model
+    plain, model = decoder(), kerasjit.wrap(decoder(), background=False)
+    ids = np.random.default_rng(5).integers(0, 50, (24, 10)).astype(np.int32)
+    for n in (8, 3, 5, 12, 24):
+        np.testing.assert_allclose(model.predict_on_batch(ids[:n]), plain.predict_on_batch(ids[:n]),
+                                   rtol=1e-5, atol=1e-5)
+    assert len(_compiles(model)) == 1
