@@ -181,8 +181,8 @@ class Planner:
             run.specializer = Specializer(
                 self._compile_fn(fn, digest, self._donations(members, inputs, outputs)),
                 name, self.cap, self.events,
-                hlo_fn=lambda specs, fn=fn, digest=digest: bridge.cached_hlo_module(
-                    fn, digest, specs, optimized=False))
+                hlo_fn=lambda specs, optimized=False, fn=fn, digest=digest:
+                    bridge.cached_hlo_module(fn, digest, specs, optimized))
             if self.race and any(op.startswith(_RACED_OPS) for _, op in ops):
                 run.race = Race(name)
             specs = self._input_specs(inputs)

@@ -5,25 +5,28 @@ one batch size serves every other (step.py pads or splits the batch).
 
 Proved on the bridge's HLO of the step traced with its leading dims open, at
 the compiled batch size and at the new one (hlo/rows.py): the step must be
-one compiled cluster that updates no variable.
+one compiled cluster that updates no variable, and the program compiled for
+its batch size (traced for that size) must be the open trace's at that size
+once kerasjit's passes have folded the latter's shape arithmetic.
 """
 import tensorflow as tf
 
-from ..hlo.rows import rows_independent
+from ..hlo.rows import rows_independent, same_program
 from .functional import UnsupportedGraph, functionalize
 from .plan import build_program
 
 
-def row_wise(open_concrete, backend, row_leaves, compiled_shapes, new_shapes):
+def row_wise(open_concrete, backend, row_leaves, compiled, compiled_shapes, new_shapes):
     """Whether the step (`open_concrete`: traced with leading dims open) is
     row-wise in its flat inputs numbered `row_leaves`, between the flat input
-    shapes it was compiled for and new ones."""
+    shapes `compiled` (the step's one compiled cluster, traced for them) was
+    compiled for and new ones."""
     try:
         fg = functionalize(open_concrete)
         program = build_program(fg, backend, race=False)
     except UnsupportedGraph:
         return False
-    if len(program.clusters) != 1 or fg.state_outputs:
+    if len(program.clusters) != 1 or fg.state_outputs or len(compiled.specializer.cache) != 1:
         return False
     (cluster,) = program.clusters
     if cluster.kind != "compiled" or cluster.specializer.hlo_fn is None \
@@ -31,16 +34,22 @@ def row_wise(open_concrete, backend, row_leaves, compiled_shapes, new_shapes):
         return False
     leaf = {t: j for j, t in enumerate(fg.inputs)}
     rows = {p for p, t in enumerate(cluster.inputs) if leaf.get(t) in row_leaves}
-    # A checked step's last output, its input checks' verdict, is all of the rows' checks:
-    # the padding's rows repeat real ones, and the splits' verdicts are combined.
-    exempt = {cluster.outputs.index(fg.outputs[-1])} if fg.checked else set()
+    # A checked step's last output is its input checks' verdict.
+    verdict = cluster.outputs.index(fg.outputs[-1]) if fg.checked else None
 
-    def hlo(shapes):
+    def hlo(shapes, optimized=False):
         specs = [tf.TensorSpec(shapes[leaf[t]], fg.specs[t].dtype) if t in leaf
                  else fg.specs[t] for t in cluster.inputs]
-        return cluster.specializer.hlo_fn(specs)
+        return cluster.specializer.hlo_fn(specs, optimized)
+    (compiled_key,) = compiled.specializer.cache
     try:
-        compiled, new = hlo(compiled_shapes), hlo(new_shapes)
+        at_compiled, new = hlo(compiled_shapes), hlo(new_shapes)
+        # The program that runs was traced for its batch size: the proof holds for
+        # it where the two are the same program once kerasjit's passes have folded
+        # the shape arithmetic of the trace for any size (no Python branch on it).
+        running = compiled.specializer.hlo_fn(
+            [tf.TensorSpec(s, d) for s, d in compiled_key], True)
+        same = same_program(running, hlo(compiled_shapes, optimized=True), verdict)
     except Exception:       # (the bridge refused a shape: not this way, then)
         return False
-    return rows_independent(compiled, new, rows, exempt)
+    return same and rows_independent(at_compiled, new, rows, verdict)

@@ -251,27 +251,32 @@ def _as_rows(state, differing):
     return Rows(d, None) if d in state.uniform else MIXED
 
 
-def rows_independent(module, other, row_parameters, exempt=()):
-    """Whether every output of `module` (but those numbered in `exempt`) has
-    its rows along its first dim, row i made from row i of the parameters
-    numbered in `row_parameters` alone (their first dim), where `other` is the
-    bridge's module of the same graph for another row count: it must be the
-    same program with only the row extents changed (no constant made of the
-    row count, no sum over an extent that is the row count)."""
+def _states(module, other, row_parameters):
+    """{instruction: row state} over `module`'s entry, read alongside
+    `other`, or None where the two are not the same program but for their
+    extents."""
     if len(module.computations) != len(other.computations):
-        return False
+        return None
+    numbers = {id(c): k for k, c in enumerate(module.computations)}
+    numbers2 = {id(c): k for k, c in enumerate(other.computations)}
+
+    def position(c):
+        return numbers[id(c)]
+
+    def position2(c):
+        return numbers2[id(c)]
     states = {}
     for comp, comp2 in zip(module.computations, other.computations):
         if len(comp.instructions) != len(comp2.instructions):
-            return False
+            return None
         entry = comp is module.entry
         index = {inst: k for k, inst in enumerate(comp.instructions)}
         index2 = {inst: k for k, inst in enumerate(comp2.instructions)}
         for inst, inst2 in zip(comp.instructions, comp2.instructions):
             differing = _differing(inst.shape, inst2.shape)
-            if differing is None or not _same_instruction(inst, inst2, index, index2) \
-                    or not entry and differing:
-                return False
+            if differing is None or not entry and differing or not _same_instruction(
+                    (inst, index, position), (inst2, index2, position2)):
+                return None
             if not entry:
                 continue
             if inst.opcode == "parameter":
@@ -279,25 +284,121 @@ def rows_independent(module, other, row_parameters, exempt=()):
             else:
                 state = _rule(inst, [states[o] for o in inst.operands])
             states[inst] = _as_rows(state, differing)
+    return states
+
+
+def _all_rows_pass(inst, states):
+    """Whether scalar `inst` is an AND of per-row (or row-free) predicates
+    over all their elements (kerasjit's index checks): then the AND of its
+    values over a batch's splits is its value over the batch, and padding
+    with copies of real rows changes nothing. A condition of the batch as a
+    whole (a user's assert on its sum) is not."""
+    op, operands = inst.opcode, inst.operands
+    if isinstance(states[inst], Free):
+        return True
+    if op == "and":
+        return all(_all_rows_pass(o, states) for o in operands)
+    if op in ("reshape", "convert", "copy", "bitcast") and inst.shape.size == 1:
+        return _all_rows_pass(operands[0], states)
+    if op == "reduce" and len(operands) == 2 and inst.shape.size == 1:
+        reducer = inst.attrs["to_apply"]
+        init = operands[1]
+        while init.opcode in ("convert", "reshape", "copy"):
+            init = init.operands[0]
+        return reducer.root.opcode == "and" \
+            and {o.opcode for o in reducer.root.operands} == {"parameter"} \
+            and init.opcode == "constant" and bool(np.all(init.literal)) \
+            and isinstance(states[operands[0]], (Rows, Free))
+    return False
+
+
+def rows_independent(module, other, row_parameters, verdict=None):
+    """Whether every output of `module` has its rows along its first dim, row
+    i made from row i of the parameters numbered in `row_parameters` alone
+    (their first dim), where `other` is the bridge's module of the same graph
+    for another row count: it must be the same program with only the row
+    extents changed (no constant made of the row count, no sum over an
+    extent that is the row count). Proved both ways, each module read
+    alongside the other (a rule that holds at one row count but not the
+    other: a slice whole at one, rows of extent 1 uniform at one). Output
+    number `verdict` (an input-check verdict) must instead be an AND of
+    per-row predicates."""
+    root, root2 = module.entry.root, other.entry.root
+    for states, root in ((_states(module, other, row_parameters), root),
+                         (_states(other, module, row_parameters), root2)):
+        if states is None:
+            return False
+        outputs = list(root.operands) if root.opcode == "tuple" else [root]
+        for i, out in enumerate(outputs):
+            state = states[out]
+            if not (_all_rows_pass(out, states) if i == verdict else isinstance(state, Rows)
+                    and state.dim == 0 and state.group in (1, None)):
+                return False
+    return True
+
+
+def same_program(module, other, verdict=None):
+    """Whether two modules compute the same outputs by the same program,
+    extents and all (but output number `verdict` and what only it needs:
+    how a trace checks its inputs may differ)."""
+    kept, kept2 = _needed(module, verdict), _needed(other, verdict)
+    if len(kept) != len(kept2):
+        return False
+    index = {inst: k for k, inst in enumerate(kept)}
+    index2 = {inst: k for k, inst in enumerate(kept2)}
+    if _outputs(module, index, verdict) != _outputs(other, index2, verdict):
+        return False
+    return all(inst.shape == inst2.shape and _same_instruction((inst, index, _callee),
+                                                               (inst2, index2, _callee))
+               for inst, inst2 in zip(kept, kept2))
+
+
+def _outputs(module, index, verdict):
     root = module.entry.root
-    outputs = list(root.operands) if root.opcode == "tuple" else [root]
-    return all(isinstance(states[out], Rows) and states[out].dim == 0
-               and states[out].group in (1, None)
-               for i, out in enumerate(outputs) if i not in exempt)
+    outputs = root.operands if root.opcode == "tuple" else [root]
+    return [index[o] for i, o in enumerate(outputs) if i != verdict]
 
 
-def _same_instruction(inst, inst2, index, index2):
-    """The same instruction but maybe for its extents (and a slice's limits)."""
+def _needed(module, verdict):
+    """The entry's instructions its outputs (but `verdict`) need, in order."""
+    root = module.entry.root
+    outputs = root.operands if root.opcode == "tuple" else [root]
+    needed, stack = set(), [o for i, o in enumerate(outputs) if i != verdict]
+    while stack:
+        inst = stack.pop()
+        if inst not in needed:
+            needed.add(inst)
+            stack.extend(inst.operands)
+    return [inst for inst in module.entry.instructions if inst in needed]
+
+
+def _callee(computation):
+    """A called computation (a reducer) as its instructions' opcodes, shapes,
+    operands and attributes."""
+    index = {inst: k for k, inst in enumerate(computation.instructions)}
+    return tuple((inst.opcode, inst.shape, inst.parameter_number,
+                  tuple(index[o] for o in inst.operands),
+                  None if inst.literal is None else np.asarray(inst.literal).tobytes(),
+                  repr(sorted(_compared(inst, _callee).items())))
+                 for inst in computation.instructions)
+
+
+def _same_instruction(first, second):
+    """The same instruction (each with its computation's instruction index and
+    how to name a called computation) but maybe for its extents."""
+    (inst, index, position), (inst2, index2, position2) = first, second
     if inst.opcode != inst2.opcode or inst.parameter_number != inst2.parameter_number \
             or [index[o] for o in inst.operands] != [index2[o] for o in inst2.operands]:
         return False
     if inst.literal is not None and not _same_literal(inst.literal, inst2.literal):
         return False
-    attrs, attrs2 = _compared(inst), _compared(inst2)
+    attrs, attrs2 = _compared(inst, position), _compared(inst2, position2)
     if inst.opcode == "slice":
-        # (a whole dim's slice ends at its extent; the rules say whether it is whole)
+        # (a dim sliced whole in both ends at its extent in each)
         attrs["slice"], attrs2["slice"] = (
-            [(start, stride) for start, _, stride in x["slice"]] for x in (attrs, attrs2))
+            [None if (start, stride) == (0, 1) and limit == x.operands[0].shape.dims[d]
+             else (start, limit, stride) for d, (start, limit, stride) in enumerate(x.attrs["slice"])]
+            for x in (inst, inst2))
     return attrs == attrs2
 
 
@@ -314,7 +415,12 @@ def _same_literal(lit, lit2):
     return np.array_equal(lit, lit2)
 
 
-def _compared(inst):
-    """Its attributes but called computations (compared by position)."""
-    return {k: v for k, v in inst.attrs.items() if not hasattr(v, "instructions")
-            and not (isinstance(v, (list, tuple)) and v and hasattr(v[0], "instructions"))}
+def _compared(inst, name):
+    """Its attributes, called computations as `name(computation)` says."""
+    def value(v):
+        if hasattr(v, "instructions"):
+            return ("computation", name(v))
+        if isinstance(v, (list, tuple)) and v and hasattr(v[0], "instructions"):
+            return tuple(value(c) for c in v)
+        return v
+    return {k: value(v) for k, v in inst.attrs.items() if k != "metadata"}

@@ -56,7 +56,7 @@ class Specializer:
 
     def __init__(self, compile_fn, name, cap=8, events=None, hlo_fn=None):
         self.compile_fn, self.name, self.cap = compile_fn, name, cap
-        self.hlo_fn = hlo_fn          # TensorSpecs -> the bridge's module, not compiled
+        self.hlo_fn = hlo_fn          # (TensorSpecs, optimized) -> the bridge's module
         self.cache, self.gave_up, self.module = {}, None, None
         self.events = events if events is not None else []   # (t_start, seconds, reason)
 

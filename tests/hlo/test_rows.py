@@ -76,9 +76,27 @@ def test_only_the_row_parameters_hold_rows():
     assert not rows_independent(at_8, at_5, {0})
 
 
-def test_an_exempt_output_may_mix_rows():
-    """A step's input checks' verdict (all rows in range) is exempt; the others are not."""
-    fn = lambda ids: (tf.gather(TABLE, ids), tf.reduce_all(ids < 10))     # noqa: E731
-    at_8, at_5 = _modules(fn, (4,), tf.int32)
+def test_an_input_check_verdict_is_an_and_of_per_row_conditions():
+    """A step's input checks' verdict (all rows' indices in range) is the AND
+    of its splits' verdicts; a condition of the batch as a whole is not."""
+    per_row = lambda ids: (tf.gather(TABLE, ids), tf.reduce_all(ids < 10))     # noqa: E731
+    at_8, at_5 = _modules(per_row, (4,), tf.int32)
     assert not rows_independent(at_8, at_5, {0})
-    assert rows_independent(at_8, at_5, {0}, exempt={1})
+    assert rows_independent(at_8, at_5, {0}, verdict=1)
+    whole = lambda ids: (tf.gather(TABLE, ids), tf.reduce_sum(ids) < 100)     # noqa: E731
+    at_8, at_5 = _modules(whole, (4,), tf.int32)
+    assert not rows_independent(at_8, at_5, {0}, verdict=1)
+
+
+@pytest.mark.parametrize("sizes", [(1, 5), (5, 1)])
+def test_a_batch_of_one_is_no_proof_that_a_value_is_the_same_for_every_row(sizes):
+    """At one row every dim of extent one looks the same throughout: random
+    numbers per row must not pass for a constant."""
+    fn = lambda x: x + tf.random.stateless_uniform(tf.shape(x), seed=[1, 2])  # noqa: E731
+    assert not rows_independent(*_modules(fn, (6,), tf.float32, sizes), {0})
+
+
+@pytest.mark.parametrize("sizes", [(5, 8), (8, 5)])
+def test_a_slice_whole_at_one_batch_size_only_is_not_row_wise(sizes):
+    fn = lambda x: x[:6] * 2.0       # noqa: E731
+    assert not rows_independent(*_modules(fn, (3,), tf.float32, sizes), {0})

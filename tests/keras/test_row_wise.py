@@ -90,6 +90,24 @@ def test_a_step_whose_rows_meet_is_compiled_per_batch_size_and_stays_right():
     assert len(step.programs) == 3
 
 
+def test_a_step_that_branches_on_its_static_batch_size_is_not_served_so():
+    """Traced for any batch size the step is row-wise, traced for the compiled
+    size it centres the batch (as kerasjit's compiled steps, traced per batch
+    size, run it; plain Keras traces it for any size): the program that runs
+    is not the one proved, so every size runs its own, centred."""
+    def branching():
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3), keras.layers.Lambda(
+            lambda h: h - keras.ops.mean(h, axis=0) if h.shape[0] is not None else h)])
+        model.compile(optimizer="sgd", loss="mse")
+        return model
+    model = kerasjit.wrap(branching(), background=False)
+    x = np.random.default_rng(3).standard_normal((30, 5)).astype(np.float32)
+    for n in (8, 5, 12):
+        np.testing.assert_allclose(model.predict_on_batch(x[:n]).mean(axis=0), 0, atol=1e-6)
+    assert set(model._kerasjit.predict.row_wise.values()) == {None}
+
+
 def test_an_index_out_of_range_in_another_batch_size_raises_as_in_keras():
     def embedded():
         keras.utils.set_random_seed(1)
