@@ -484,7 +484,7 @@ class CompiledStep:
         run, rows, size, other_leaves = best
         tf_run = self._any_batch_size(key, flat, args)
         start = time.perf_counter()
-        proved = row_wise(tf_run.traced, self.backend, set(rows), run.program.clusters[0],
+        proved = row_wise(tf_run.traced, self.backend, set(rows), run.program,
                           [s[0] for s in other_leaves], [s[0] for s in leaves])
         self.events.append(CompileEvent(
             start, time.perf_counter() - start,

@@ -157,5 +157,5 @@ def add_input_checks(fg, asserted=()):
         fg.specs[fg.state_outputs[i]] = fg.specs[old]
     fg.nodes += made
     fg.outputs.append(tensor_name(verdict))
-    fg.checked = True
+    fg.checked, fg.asserts = True, bool(asserted)
     return fg

@@ -52,6 +52,7 @@ class FunctionalGraph:
     # tokens): placeholder tensor name -> the handle, fed to the clusters as is.
     resources: dict = field(default_factory=dict)
     checked: bool = False       # the last output says whether the inputs passed checks.py's
+    asserts: bool = False       # ... and the step's own assertions (tf.debugging's) too
 
 
 def functionalize(concrete_fn):

@@ -224,7 +224,7 @@ def build_program(fg, backend, cap=8, events=None, race=True, only_cached=False)
         if node is not None and node.op == "Const":
             constants[t] = tf.make_ndarray(node.attr["value"].tensor)
     return Program(clusters, fg.inputs, fg.state_inputs, fg.outputs, fg.state_outputs,
-                   constants, fg.checked)
+                   constants, fg.checked, fg.asserts)
 
 
 def whole_step_in_tensorflow(concrete, reason, store=None):

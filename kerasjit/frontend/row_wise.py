@@ -16,17 +16,22 @@ from .functional import UnsupportedGraph, functionalize
 from .plan import build_program
 
 
-def row_wise(open_concrete, backend, row_leaves, compiled, compiled_shapes, new_shapes):
+def row_wise(open_concrete, backend, row_leaves, running, compiled_shapes, new_shapes):
     """Whether the step (`open_concrete`: traced with leading dims open) is
     row-wise in its flat inputs numbered `row_leaves`, between the flat input
-    shapes `compiled` (the step's one compiled cluster, traced for them) was
-    compiled for and new ones."""
+    shapes `running` (the step's Program of one compiled cluster, traced for
+    them) was compiled for and new ones."""
     try:
         fg = functionalize(open_concrete)
         program = build_program(fg, backend, race=False)
     except UnsupportedGraph:
         return False
-    if len(program.clusters) != 1 or fg.state_outputs or len(compiled.specializer.cache) != 1:
+    compiled = running.clusters[0]
+    # (a step's own assertions may check the batch as a whole: its verdict, which
+    # decides whether a split's outputs stand, is proved only for index checks)
+    if len(program.clusters) != 1 or fg.state_outputs or len(compiled.specializer.cache) != 1 \
+            or fg.asserts or running.asserts \
+            or _wiring(program, program.clusters[0]) != _wiring(running, compiled):
         return False
     (cluster,) = program.clusters
     if cluster.kind != "compiled" or cluster.specializer.hlo_fn is None \
@@ -53,3 +58,17 @@ def row_wise(open_concrete, backend, row_leaves, compiled, compiled_shapes, new_
     except Exception:       # (the bridge refused a shape: not this way, then)
         return False
     return same and rows_independent(at_compiled, new, rows, verdict)
+
+
+def _wiring(program, cluster):
+    """What a program's one cluster reads and makes, by role: each input a
+    step argument or a variable (by number), each output the step outputs
+    it is (by position)."""
+    def source(t):
+        if t in program.inputs:
+            return "argument", program.inputs.index(t)
+        if t in program.state_inputs:
+            return "variable", program.state_inputs.index(t)
+        return "other", None
+    return ([source(t) for t in cluster.inputs],
+            [tuple(i for i, o in enumerate(program.outputs) if o == t) for t in cluster.outputs])

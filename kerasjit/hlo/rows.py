@@ -267,7 +267,8 @@ def _states(module, other, row_parameters):
         return numbers2[id(c)]
     states = {}
     for comp, comp2 in zip(module.computations, other.computations):
-        if len(comp.instructions) != len(comp2.instructions):
+        if len(comp.instructions) != len(comp2.instructions) \
+                or comp.instructions.index(comp.root) != comp2.instructions.index(comp2.root):
             return None
         entry = comp is module.entry
         index = {inst: k for k, inst in enumerate(comp.instructions)}
@@ -296,6 +297,8 @@ def _all_rows_pass(inst, states):
     op, operands = inst.opcode, inst.operands
     if isinstance(states[inst], Free):
         return True
+    if inst.shape.dtype != "pred":
+        return False            # (an `and` of integers is bitwise)
     if op == "and":
         return all(_all_rows_pass(o, states) for o in operands)
     if op in ("reshape", "convert", "copy", "bitcast") and inst.shape.size == 1:
@@ -305,8 +308,8 @@ def _all_rows_pass(inst, states):
         init = operands[1]
         while init.opcode in ("convert", "reshape", "copy"):
             init = init.operands[0]
-        return reducer.root.opcode == "and" \
-            and {o.opcode for o in reducer.root.operands} == {"parameter"} \
+        return reducer.root.opcode == "and" and operands[0].shape.dtype == "pred" \
+            and sorted(o.parameter_number for o in reducer.root.operands) == [0, 1] \
             and init.opcode == "constant" and bool(np.all(init.literal)) \
             and isinstance(states[operands[0]], (Rows, Free))
     return False
@@ -339,8 +342,10 @@ def rows_independent(module, other, row_parameters, verdict=None):
 
 def same_program(module, other, verdict=None):
     """Whether two modules compute the same outputs by the same program,
-    extents and all (but output number `verdict` and what only it needs:
-    how a trace checks its inputs may differ)."""
+    extents and all, but output number `verdict` and what only it needs:
+    traced for any batch size, a step checks its inputs' shapes too (folded
+    by kerasjit's passes to `and`s of constants), so the verdicts differ.
+    (The modules compared are optimized: the passes keep what they compute.)"""
     kept, kept2 = _needed(module, verdict), _needed(other, verdict)
     if len(kept) != len(kept2):
         return False
@@ -376,7 +381,7 @@ def _callee(computation):
     """A called computation (a reducer) as its instructions' opcodes, shapes,
     operands and attributes."""
     index = {inst: k for k, inst in enumerate(computation.instructions)}
-    return tuple((inst.opcode, inst.shape, inst.parameter_number,
+    return (index[computation.root],) + tuple((inst.opcode, inst.shape, inst.parameter_number,
                   tuple(index[o] for o in inst.operands),
                   None if inst.literal is None else np.asarray(inst.literal).tobytes(),
                   repr(sorted(_compared(inst, _callee).items())))
@@ -412,7 +417,8 @@ def _same_literal(lit, lit2):
             if not ((lit == first).all() and (lit2 == first2).all()):
                 return False
             lit, lit2 = first, first2
-    return np.array_equal(lit, lit2)
+    # (bit for bit: -0.0 is not 0.0)
+    return lit.dtype == lit2.dtype and lit.shape == lit2.shape and lit.tobytes() == lit2.tobytes()
 
 
 def _compared(inst, name):

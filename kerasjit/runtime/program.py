@@ -100,6 +100,7 @@ class Program:
     state_outputs: dict         # variable index -> tensor name
     constants: dict = field(default_factory=dict)   # const tensors read outside clusters
     checked: bool = False       # the last output is the input checks' verdict (checks.py)
+    asserts: bool = False       # ... of the step's own assertions too
 
     def buffer_bytes(self):
         """Bytes held by the compiled executables' own buffers."""

@@ -108,6 +108,30 @@ def test_a_step_that_branches_on_its_static_batch_size_is_not_served_so():
     assert set(model._kerasjit.predict.row_wise.values()) == {None}
 
 
+def test_a_step_asserting_on_the_whole_batch_is_not_served_so():
+    """An assertion on the batch's sum holds for each part of a split batch
+    and not for the whole: the step is compiled per batch size, and raises
+    where plain Keras does."""
+    import tensorflow as tf
+
+    def asserting():
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((5,)), keras.layers.Lambda(
+            lambda h: (tf.debugging.assert_less(tf.reduce_sum(h), 30.0), h * 2.0)[1])])
+        model.compile(optimizer="sgd", loss="mse")
+        return model
+    plain, model = asserting(), kerasjit.wrap(asserting(), background=False)
+    x = np.ones((12, 5), np.float32) * 0.4          # 8 rows sum to 16, 12 to 24
+    np.testing.assert_allclose(model.predict_on_batch(x[:8]), plain.predict_on_batch(x[:8]))
+    np.testing.assert_allclose(model.predict_on_batch(x[:12]), plain.predict_on_batch(x[:12]))
+    x[:, :] = 0.6                                   # 8 rows sum to 24, 12 to 36
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        plain.predict_on_batch(x)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        model.predict_on_batch(x)
+    assert set(model._kerasjit.predict.row_wise.values()) == {None}
+
+
 def test_an_index_out_of_range_in_another_batch_size_raises_as_in_keras():
     def embedded():
         keras.utils.set_random_seed(1)
