@@ -24,7 +24,7 @@ from .errors import warn
 from .frontend.functional import UnsupportedGraph, functionalize
 from .frontend.bridge import traced_for_xla
 from .frontend.plan import build_program, whole_step_in_tensorflow
-from .frontend.row_wise import row_wise
+from .frontend.row_wise import RowWiseProof
 from .arrays import Rows, gathered
 from .runtime.state import VariableState
 
@@ -287,6 +287,11 @@ class CompiledStep:
         self.open_programs = {}
         # Signatures served by another's compiled step (_RowWise), or None where they can't be.
         self.row_wise = {}
+        # What proving a step row-wise needs once per pair of signatures:
+        # (open signature, compiled _Run, row inputs) -> RowWiseProof.
+        self.row_wise_proofs = {}
+        # Undecided signatures -> (programs, compiles) counted when last looked.
+        self.row_wise_unmatched = {}
         self.seen_once, self.warned_cap = set(), False
 
     def _traced(self, structure, flat, open_batch=False):
@@ -437,9 +442,7 @@ class CompiledStep:
     def _any_batch_size(self, key, flat, args):
         """The step as TensorFlow runs it for a signature that is not compiled,
         traced once for every batch size (leading dims open), as Keras would."""
-        structure, signature = key
-        open_key = (structure, tuple(s and ((None, *s[0][1:]) if s[0] else s[0], s[1])
-                                     for s in signature))
+        open_key = self._open_key(key)
         if open_key not in self.open_programs:
             start = time.perf_counter()
             traced = self._traced(list(args), flat, open_batch=True)
@@ -447,6 +450,13 @@ class CompiledStep:
             self.events.append(CompileEvent(start, time.perf_counter() - start,
                                             f"{self.name}: tracing for any batch size"))
         return self.open_programs[open_key]
+
+    @staticmethod
+    def _open_key(key):
+        """A signature with its inputs' leading dims open."""
+        structure, signature = key
+        return structure, tuple(s and ((None, *s[0][1:]) if s[0] else s[0], s[1])
+                                for s in signature)
 
     def _served_row_wise(self, key, flat, args):
         """A _RowWise run of `key` on a compiled signature that differs from it
@@ -465,9 +475,12 @@ class CompiledStep:
             return None
         for job_key in list(self.compiling):        # (a compile that finished meanwhile)
             self._adopt(job_key)
+        looked = (len(self.programs), len(self.compiling))
+        if self.row_wise_unmatched.get(key) == looked:
+            return None             # (no compiled signature has come since it was last asked)
         structure, signature = key
         leaves = [s for s in signature if s is not None]
-        best = None
+        candidates = []
         for (other_structure, other), run in list(self.programs.items()):
             # (a step that updates variables, such as a train step, is never row-wise)
             compiled = [c.kind for c in run.program.clusters] == ["compiled"] \
@@ -477,15 +490,19 @@ class CompiledStep:
                 continue
             other_leaves = [s for s in other if s is not None]
             rows = _batch_inputs(other_leaves, leaves)
-            if rows and (best is None or other_leaves[rows[0]][0][0] > best[2]):
-                best = (run, rows, other_leaves[rows[0]][0][0], other_leaves)
-        if best is None:
+            if rows:
+                candidates.append((other_leaves[rows[0]][0][0], rows, other_leaves, run))
+        if not candidates:
+            self.row_wise_unmatched[key] = looked
             return None
-        run, rows, size, other_leaves = best
+        size, rows, other_leaves, run = max(candidates, key=lambda c: c[0])
         tf_run = self._any_batch_size(key, flat, args)
         start = time.perf_counter()
-        proved = row_wise(tf_run.traced, self.backend, set(rows), run.program,
-                          [s[0] for s in other_leaves], [s[0] for s in leaves])
+        proof_key = (self._open_key(key), run, tuple(rows))
+        if proof_key not in self.row_wise_proofs:
+            self.row_wise_proofs[proof_key] = RowWiseProof(
+                tf_run.traced, self.backend, set(rows), run.program, [s[0] for s in other_leaves])
+        proved = self.row_wise_proofs[proof_key].serves([s[0] for s in leaves])
         self.events.append(CompileEvent(
             start, time.perf_counter() - start,
             f"{self.name}: checking whether the step for {size} rows serves "

@@ -6,6 +6,8 @@ rejected node moves to TensorFlow and the graph is partitioned again, until
 every compiled cluster is accepted.
 """
 
+import functools
+
 import numpy as np
 import tensorflow as tf
 
@@ -144,11 +146,11 @@ class Planner:
                 donate[inputs.index(old)] = outputs.index(new)
         return donate
 
-    def _compile_fn(self, fn, digest, donate):
+    def _compile_fn(self, hlo_fn, donate):
         def compile_for(specs):
             checkpoint()
             optimized, only_cached = self.backend.optimizes, self.only_cached
-            module = bridge.cached_hlo_module(fn, digest, specs, optimized, only_cached)
+            module = hlo_fn(specs, optimized, only_cached)
             return module, self.backend.compile(module, donate, optimized, only_cached)
         return compile_for
 
@@ -178,11 +180,10 @@ class Planner:
                 self.rejected.update(opaque)
                 return None
             name = f"'{members[0]}' ({len(members)} ops)"
+            hlo_fn = functools.partial(bridge.cached_hlo_module, fn, digest)
             run.specializer = Specializer(
-                self._compile_fn(fn, digest, self._donations(members, inputs, outputs)),
-                name, self.cap, self.events,
-                hlo_fn=lambda specs, optimized=False, fn=fn, digest=digest:
-                    bridge.cached_hlo_module(fn, digest, specs, optimized))
+                self._compile_fn(hlo_fn, self._donations(members, inputs, outputs)),
+                name, self.cap, self.events, hlo_fn=hlo_fn)
             if self.race and any(op.startswith(_RACED_OPS) for _, op in ops):
                 run.race = Race(name)
             specs = self._input_specs(inputs)

@@ -16,48 +16,62 @@ from .functional import UnsupportedGraph, functionalize
 from .plan import build_program
 
 
-def row_wise(open_concrete, backend, row_leaves, running, compiled_shapes, new_shapes):
+class RowWiseProof:
     """Whether the step (`open_concrete`: traced with leading dims open) is
     row-wise in its flat inputs numbered `row_leaves`, between the flat input
-    shapes `running` (the step's Program of one compiled cluster, traced for
-    them) was compiled for and new ones."""
-    try:
-        fg = functionalize(open_concrete)
-        program = build_program(fg, backend, race=False)
-    except UnsupportedGraph:
-        return False
-    compiled = running.clusters[0]
-    # (a step's own assertions may check the batch as a whole: its verdict, which
-    # decides whether a split's outputs stand, is proved only for index checks)
-    if len(program.clusters) != 1 or fg.state_outputs or len(compiled.specializer.cache) != 1 \
-            or fg.asserts or running.asserts \
-            or _wiring(program, program.clusters[0]) != _wiring(running, compiled):
-        return False
-    (cluster,) = program.clusters
-    if cluster.kind != "compiled" or cluster.specializer.hlo_fn is None \
-            or any(t not in cluster.outputs for t in fg.outputs):
-        return False
-    leaf = {t: j for j, t in enumerate(fg.inputs)}
-    rows = {p for p, t in enumerate(cluster.inputs) if leaf.get(t) in row_leaves}
-    # A checked step's last output is its input checks' verdict.
-    verdict = cluster.outputs.index(fg.outputs[-1]) if fg.checked else None
+    shapes `compiled_shapes` that `running` (the step's Program of one
+    compiled cluster, traced for them) was compiled for and new ones. What
+    depends on the pair alone is made once; `serves(new_shapes)` bridges and
+    reads one new size."""
 
-    def hlo(shapes, optimized=False):
-        specs = [tf.TensorSpec(shapes[leaf[t]], fg.specs[t].dtype) if t in leaf
-                 else fg.specs[t] for t in cluster.inputs]
-        return cluster.specializer.hlo_fn(specs, optimized)
-    (compiled_key,) = compiled.specializer.cache
-    try:
-        at_compiled, new = hlo(compiled_shapes), hlo(new_shapes)
-        # The program that runs was traced for its batch size: the proof holds for
-        # it where the two are the same program once kerasjit's passes have folded
-        # the shape arithmetic of the trace for any size (no Python branch on it).
-        running = compiled.specializer.hlo_fn(
-            [tf.TensorSpec(s, d) for s, d in compiled_key], True)
-        same = same_program(running, hlo(compiled_shapes, optimized=True), verdict)
-    except Exception:       # (the bridge refused a shape: not this way, then)
-        return False
-    return same and rows_independent(at_compiled, new, rows, verdict)
+    def __init__(self, open_concrete, backend, row_leaves, running, compiled_shapes):
+        self.at_compiled = None         # (None: the step is not row-wise at any size)
+        try:
+            fg = functionalize(open_concrete)
+            program = build_program(fg, backend, race=False)
+        except UnsupportedGraph:
+            return
+        compiled = running.clusters[0]
+        # (a step's own assertions may check the batch as a whole: its verdict, which
+        # decides whether a split's outputs stand, is proved only for index checks)
+        if len(program.clusters) != 1 or fg.state_outputs \
+                or len(compiled.specializer.cache) != 1 or fg.asserts or running.asserts \
+                or _wiring(program, program.clusters[0]) != _wiring(running, compiled):
+            return
+        (cluster,) = program.clusters
+        if cluster.kind != "compiled" or cluster.specializer.hlo_fn is None \
+                or any(t not in cluster.outputs for t in fg.outputs):
+            return
+        self.fg, self.cluster = fg, cluster
+        self.leaf = {t: j for j, t in enumerate(fg.inputs)}
+        self.rows = {p for p, t in enumerate(cluster.inputs) if self.leaf.get(t) in row_leaves}
+        # A checked step's last output is its input checks' verdict.
+        self.verdict = cluster.outputs.index(fg.outputs[-1]) if fg.checked else None
+        (compiled_key,) = compiled.specializer.cache
+        try:
+            # The program that runs was traced for its batch size: the proof holds for
+            # it where the two are the same program once kerasjit's passes have folded
+            # the shape arithmetic of the trace for any size (no Python branch on it).
+            running_hlo = compiled.specializer.hlo_fn(
+                [tf.TensorSpec(s, d) for s, d in compiled_key], True)
+            if same_program(running_hlo, self._hlo(compiled_shapes, True), self.verdict):
+                self.at_compiled = self._hlo(compiled_shapes)
+        except Exception:       # (the bridge refused a shape: not this way, then)
+            pass
+
+    def serves(self, new_shapes):
+        if self.at_compiled is None:
+            return False
+        try:
+            new = self._hlo(new_shapes)
+        except Exception:       # (as above)
+            return False
+        return rows_independent(self.at_compiled, new, self.rows, self.verdict)
+
+    def _hlo(self, shapes, optimized=False):
+        specs = [tf.TensorSpec(shapes[self.leaf[t]], self.fg.specs[t].dtype) if t in self.leaf
+                 else self.fg.specs[t] for t in self.cluster.inputs]
+        return self.cluster.specializer.hlo_fn(specs, optimized)
 
 
 def _wiring(program, cluster):

@@ -257,26 +257,18 @@ def _states(module, other, row_parameters):
     extents."""
     if len(module.computations) != len(other.computations):
         return None
-    numbers = {id(c): k for k, c in enumerate(module.computations)}
-    numbers2 = {id(c): k for k, c in enumerate(other.computations)}
-
-    def position(c):
-        return numbers[id(c)]
-
-    def position2(c):
-        return numbers2[id(c)]
+    number, number2 = _numbering(module.computations), _numbering(other.computations)
     states = {}
     for comp, comp2 in zip(module.computations, other.computations):
         if len(comp.instructions) != len(comp2.instructions) \
                 or comp.instructions.index(comp.root) != comp2.instructions.index(comp2.root):
             return None
         entry = comp is module.entry
-        index = {inst: k for k, inst in enumerate(comp.instructions)}
-        index2 = {inst: k for k, inst in enumerate(comp2.instructions)}
+        index, index2 = _numbering(comp.instructions), _numbering(comp2.instructions)
         for inst, inst2 in zip(comp.instructions, comp2.instructions):
             differing = _differing(inst.shape, inst2.shape)
             if differing is None or not entry and differing or not _same_instruction(
-                    (inst, index, position), (inst2, index2, position2)):
+                    (inst, index, number), (inst2, index2, number2)):
                 return None
             if not entry:
                 continue
@@ -349,8 +341,7 @@ def same_program(module, other, verdict=None):
     kept, kept2 = _needed(module, verdict), _needed(other, verdict)
     if len(kept) != len(kept2):
         return False
-    index = {inst: k for k, inst in enumerate(kept)}
-    index2 = {inst: k for k, inst in enumerate(kept2)}
+    index, index2 = _numbering(kept), _numbering(kept2)
     if _outputs(module, index, verdict) != _outputs(other, index2, verdict):
         return False
     return all(inst.shape == inst2.shape and _same_instruction((inst, index, _callee),
@@ -361,7 +352,7 @@ def same_program(module, other, verdict=None):
 def _outputs(module, index, verdict):
     root = module.entry.root
     outputs = root.operands if root.opcode == "tuple" else [root]
-    return [index[o] for i, o in enumerate(outputs) if i != verdict]
+    return [index(o) for i, o in enumerate(outputs) if i != verdict]
 
 
 def _needed(module, verdict):
@@ -377,12 +368,19 @@ def _needed(module, verdict):
     return [inst for inst in module.entry.instructions if inst in needed]
 
 
+def _numbering(items):
+    """Each of `items` (instructions, computations) by its position: how
+    the two modules' operands and called computations are paired."""
+    position = {id(item): k for k, item in enumerate(items)}
+    return lambda item: position[id(item)]
+
+
 def _callee(computation):
     """A called computation (a reducer) as its instructions' opcodes, shapes,
     operands and attributes."""
-    index = {inst: k for k, inst in enumerate(computation.instructions)}
-    return (index[computation.root],) + tuple((inst.opcode, inst.shape, inst.parameter_number,
-                  tuple(index[o] for o in inst.operands),
+    index = _numbering(computation.instructions)
+    return (index(computation.root),) + tuple((inst.opcode, inst.shape, inst.parameter_number,
+                  tuple(map(index, inst.operands)),
                   None if inst.literal is None else np.asarray(inst.literal).tobytes(),
                   repr(sorted(_compared(inst, _callee).items())))
                  for inst in computation.instructions)
@@ -391,13 +389,13 @@ def _callee(computation):
 def _same_instruction(first, second):
     """The same instruction (each with its computation's instruction index and
     how to name a called computation) but maybe for its extents."""
-    (inst, index, position), (inst2, index2, position2) = first, second
+    (inst, index, name), (inst2, index2, name2) = first, second
     if inst.opcode != inst2.opcode or inst.parameter_number != inst2.parameter_number \
-            or [index[o] for o in inst.operands] != [index2[o] for o in inst2.operands]:
+            or list(map(index, inst.operands)) != list(map(index2, inst2.operands)):
         return False
     if inst.literal is not None and not _same_literal(inst.literal, inst2.literal):
         return False
-    attrs, attrs2 = _compared(inst, position), _compared(inst2, position2)
+    attrs, attrs2 = _compared(inst, name), _compared(inst2, name2)
     if inst.opcode == "slice":
         # (a dim sliced whole in both ends at its extent in each)
         attrs["slice"], attrs2["slice"] = (

@@ -49,6 +49,8 @@ def test_predict_on_batch_over_24_batch_sizes_compiles_once(background):
     assert len(_compiles(model)) == 1 and len(step.programs) == 1
     # every other size, the larger ones split, ran on the compiled step
     assert len(step.row_wise) == 23 and None not in step.row_wise.values()
+    # the open trace was read and the compiled size bridged once for all 23
+    assert len(step.row_wise_proofs) == 1
 
 
 def test_a_batch_size_many_times_the_compiled_one_compiles_when_it_comes_again():
