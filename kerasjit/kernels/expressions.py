@@ -442,19 +442,27 @@ def _select_and_scatter(lw, inst, index):
             last += w.stride - 1              # (the last position of the last window's stride)
             k = ix.mod(num, w.stride)
             ok = ix.both(ix.compare(k, ix.c64(w.size), "LT"), ix.compare(num, ix.c64(last), "LE"))
-        else:   # window element k of window s covers it when s*stride + k - pad_lo == i
-            k = ReduceVar(S64, outer, d)
-            num = ix.sub(ix.add(i, ix.c64(w.pad_lo)), k)
-            ok = ix.both(ix.compare(num, ix.c64(0), "GE"), ix.compare(num, ix.c64(last), "LE"))
-            if w.stride > 1:
-                ok = ix.both(ok, ix.compare(ix.mod(ix.clamp(num, 0, last), w.stride),
-                                            ix.c64(0), "EQ"))
-        starts.append(ix.div(ix.clamp(num, 0, last), w.stride))
+            window_start = ix.div(ix.clamp(num, 0, last), w.stride)
+        else:
+            # Element k of window s covers it where s*stride + k == i + pad_lo: the
+            # windows s = (i + pad_lo) // stride - r for r < ceil(size / stride), the
+            # last first (k ascending, as the windows' own order), at k < size. (Shifted
+            # by whole strides to divide a non-negative number.)
+            shift = -(-max(0, -w.pad_lo) // w.stride)
+            num = ix.add(i, ix.c64(w.pad_lo + shift * w.stride))
+            shifted = ix.sub(ix.div(num, w.stride), ReduceVar(S64, outer, d))
+            k = ix.sub(num, ix.mul(shifted, ix.c64(w.stride)))
+            ok = ix.both(ix.both(ix.compare(shifted, ix.c64(shift), "GE"),
+                                 ix.compare(shifted, ix.c64(shift + out_dims[d] - 1), "LE")),
+                         ix.compare(k, ix.c64(w.size), "LT"))
+            window_start = ix.clamp(ix.sub(shifted, ix.c64(shift)), 0, out_dims[d] - 1)
+        starts.append(window_start)
         offsets.append(k)
         covers = ix.both(covers, ok)
     choice = _selected_offset(lw, inst, starts) if disjoint else \
-        Load(S64, _window_selections(lw, inst), tuple(starts))
-    selected = ix.both(covers, ix.compare(choice, ix.linearize(offsets, sizes), "EQ"))
+        Load(OFFSET, _window_selections(lw, inst), tuple(starts))
+    selected = ix.both(covers, ix.compare(Op(S64, "convert", (choice,)),
+                                          ix.linearize(offsets, sizes), "EQ"))
     src = lw.value_at(source, tuple(starts))
     s_accs, s_curs, (scattered,) = lw.combiner(inst.attrs["scatter"], 1)
     start = lw.operand(inst, 2, ())
@@ -464,7 +472,8 @@ def _select_and_scatter(lw, inst, index):
             scattered, {s_accs[0]: start, s_curs[0]: src}), start))
     flag = Var("pred", "scatter.flag")
     combined = (Op(dtype, "select", (flag, scattered, s_accs[0])),)
-    return Reduce(dtype, outer, tuple(sizes), (s_accs[0],), (flag, s_curs[0]),
+    covering = tuple(-(-w.size // w.stride) for w in window)
+    return Reduce(dtype, outer, covering, (s_accs[0],), (flag, s_curs[0]),
                   combined, (start,), (selected, src), 0)
 
 
@@ -472,29 +481,34 @@ def _window_selections(lw, inst):
     """A buffer of the offset each window selects, written by a kernel of its
     own before the gather: each operand position visits every window that
     may cover it, and would otherwise search each window once per visit."""
-    return lw.own_kernel(inst, "window_selections", S64, inst.operands[1].shape.dims,
+    return lw.own_kernel(inst, "window_selections", OFFSET, inst.operands[1].shape.dims,
                          lambda index: _selected_offset(lw, inst, index))
 
 
+# A window offset's type: 32 bits vectorise twice as wide as 64 alongside f32 values.
+OFFSET = "s32"
+
+
 def _selected_offset(lw, inst, starts):
-    """The flat offset, within the window at `starts`, of the element the
-    select computation picks (the first wins ties)."""
+    """The flat offset (OFFSET), within the window at `starts`, of the element
+    the select computation picks (the first wins ties)."""
     operand, window = inst.operands[0], inst.attrs["window"]
     inner = lw.key(inst, "select")
     valid, positions = _window_positions(starts, window, operand.shape.dims, inner)
     value = lw.value_at(operand, tuple(positions))
-    flat = ix.linearize([ReduceVar(S64, inner, d) for d in range(len(window))],
-                        [w.size for w in window])
+    flat = Op(OFFSET, "convert", (ix.linearize([ReduceVar(S64, inner, d)
+                                                for d in range(len(window))],
+                                               [w.size for w in window]),))
     dtype = operand.shape.dtype
-    accs = (Var("pred", "sel.has"), Var(dtype, "sel.val"), Var(S64, "sel.pos"))
-    curs = (Var("pred", "sel.cur_has"), Var(dtype, "sel.cur_val"), Var(S64, "sel.cur_pos"))
+    accs = (Var("pred", "sel.has"), Var(dtype, "sel.val"), Var(OFFSET, "sel.pos"))
+    curs = (Var("pred", "sel.cur_has"), Var(dtype, "sel.cur_val"), Var(OFFSET, "sel.cur_pos"))
     sel_accs, sel_curs, (keep_acc,) = lw.combiner(inst.attrs["select"], 1)
     keep = _substitute(keep_acc, {sel_accs[0]: accs[1], sel_curs[0]: curs[1]})
     take_acc = Op("pred", "and", (accs[0], Op("pred", "or", (Op("pred", "not", (curs[0],)), keep))))
     combined = tuple(Op(a.dtype, "select", (take_acc, a, c)) for a, c in zip(accs, curs))
-    inits = (Const("pred", False), Const(dtype, 0), ix.c64(-1))
+    inits = (Const("pred", False), Const(dtype, 0), Const(OFFSET, -1))
     bodies = (valid if valid is not None else Const("pred", True), value, flat)
-    return Reduce(S64, inner, tuple(w.size for w in window), accs, curs, combined, inits,
+    return Reduce(OFFSET, inner, tuple(w.size for w in window), accs, curs, combined, inits,
                   bodies, result=2)
 
 

@@ -2,7 +2,6 @@
 and which are materialised in a buffer, each with its reason (explain()
 lists them)."""
 from ..hlo.opcodes import BROADCAST, FREE, OPAQUE, OPCODES, REDUCE
-from .expressions import disjoint_windows
 from .ir import FusionDecision
 
 
@@ -12,12 +11,13 @@ def is_tuple_producer(inst):
 
 def roots_a_kernel(inst):
     """Whether `inst` roots a kernel of its own: a reduction or an opaque op,
-    but not a pooling gradient over disjoint windows (elementwise-like: it
-    fuses into its consumer, the activation's gradient) nor random bits."""
+    but not a pooling gradient (elementwise-like: each position gathers from
+    the few windows that cover it, their selections found beforehand where
+    windows overlap; it fuses into its consumer, the activation's gradient)
+    nor random bits."""
     source = inst.operands[0] if inst.opcode == "get-tuple-element" else inst
-    if source.opcode == "select-and-scatter":
-        return not disjoint_windows(source)
-    return source.kind in (REDUCE, OPAQUE) and source.opcode != "rng-bit-generator"
+    return source.kind in (REDUCE, OPAQUE) and source.opcode not in ("rng-bit-generator",
+                                                                      "select-and-scatter")
 
 
 def materialize_reason(inst, users):

@@ -135,6 +135,16 @@ DOT_CONV_POOL = {
         tf.nn.max_pool2d(x, size, stride, padding) ** 2), x)[0]
         for size, stride, padding in ((2, 2, "SAME"), (2, 3, "VALID"), (3, 3, "SAME"))],
         (np.round(rand(2, 7, 8, 3) * 2).astype(np.float32),)),
+    # Overlapping windows (stride < size), each position gathering from the windows
+    # that cover it: padded, 1 to 3 windows a dim, over values with ties; in 3-d too.
+    "maxpool_overlapping_grads": (lambda x: [tf.gradients(tf.reduce_sum(
+        tf.nn.max_pool2d(x, size, stride, padding) ** 2), x)[0]
+        for size, stride, padding in ((3, 2, "VALID"), (3, 1, "SAME"), (4, 2, "SAME"),
+                                      ((3, 2), (2, 1), "SAME"))],
+        (np.round(rand(2, 9, 8, 3) * 2).astype(np.float32),)),
+    "maxpool3d_overlapping_grad": (lambda x: tf.gradients(tf.reduce_sum(
+        tf.nn.max_pool3d(x, 3, 2, "SAME") ** 2), x)[0],
+        (np.round(rand(1, 6, 5, 7, 2) * 2).astype(np.float32),)),
 }
 
 

@@ -142,23 +142,20 @@ class _KernelBuilder:
         output's row; any other accumulator (an argmax's value, a pooling
         gradient's flag) in a row on the stack.
         """
-        (bid, red), last, b = self.kernel.stores[0], self.kernel.dims[-1], self.b
-        types = [register_type(a.dtype) for a in red.accs]
-        with b.goto_block(self.alloca_block):
-            b.position_at_start(self.alloca_block)
-            rows = {i: b.alloca(ty, size=ir.Constant(I64, last))
-                    for i, ty in enumerate(types) if i != red.result}
+        (bid, red), last = self.kernel.stores[0], self.kernel.dims[-1]
+        rows = {i: self._stack_row(a.dtype, last) for i, a in enumerate(red.accs)
+                if i != red.result}
 
         def load(i, j):
             if i == red.result:
                 return self.load(Load(red.dtype, bid, ()), prefix + (j,))
-            return b.load(b.gep(rows[i], [j], inbounds=True, source_etype=types[i]), typ=types[i])
+            return rows[i].load(j)
 
         def store(i, j, value):
             if i == red.result:
                 self.store(bid, red.dtype, prefix + (j,), value)
             else:
-                b.store(value, b.gep(rows[i], [j], inbounds=True, source_etype=types[i]))
+                rows[i].store(j, value)
 
         def init(j):
             env = {"index": prefix + (j,), "reduce": {}}
@@ -182,6 +179,11 @@ class _KernelBuilder:
         self.nest(list(red.extents), term, innermost=False)
 
     # ------------------------------------------------------------ memory
+    def _stack_row(self, dtype, length):
+        """`length` values of `dtype` on the stack, a pred as a byte: LLVM's
+        loop vectoriser leaves a loop that reads or writes i1 memory scalar."""
+        return _StackRow(self.b, self.alloca_block, dtype, length)
+
     def address(self, bid, index, dims=None):
         """Where buffer `bid`'s element `index` lies, the buffer laid out
         row-major as `dims` (by default its own)."""
@@ -273,28 +275,41 @@ class _KernelBuilder:
         the stack (a loop without a carried value, which LLVM vectorises), then
         folded in order: the same results as term by term, but a costly term
         (a softmax's exp) no longer waits on the serial fold."""
-        b, inner = self.b, node.extents[-1]
-        types = [register_type(body.dtype) for body in node.bodies]
-        with b.goto_block(self.alloca_block):
-            b.position_at_start(self.alloca_block)
-            rows = [b.alloca(ty, size=ir.Constant(I64, inner)) for ty in types]
-
-        def at(row, ty, r):
-            return b.gep(row, [r], inbounds=True, source_etype=ty)
+        inner = node.extents[-1]
+        rows = [self._stack_row(body.dtype, inner) for body in node.bodies]
 
         def row(outer):
             def term(r):
                 inner_env, inner_values = bound(outer + (r,))
-                for body, slot, ty in zip(node.bodies, rows, types):
-                    b.store(self.render(body, inner_values, inner_env), at(slot, ty, r))
+                for body, stack_row in zip(node.bodies, rows):
+                    stack_row.store(r, self.render(body, inner_values, inner_env))
 
             def fold_term(r):
                 inner_env, inner_values = bound(outer + (r,))
-                fold(inner_env, inner_values,
-                     [b.load(at(slot, ty, r), typ=ty) for slot, ty in zip(rows, types)])
+                fold(inner_env, inner_values, [stack_row.load(r) for stack_row in rows])
             self.loop(inner, term)
             self.loop(inner, fold_term)
         self.nest(list(node.extents[:-1]), lambda outer: row(tuple(outer)), innermost=False)
+
+
+class _StackRow:
+    """A row of values on the stack (`_KernelBuilder._stack_row`)."""
+
+    def __init__(self, b, alloca_block, dtype, length):
+        self.b, self.pred, self.type = b, dtype == "pred", memory_type(dtype)
+        with b.goto_block(alloca_block):
+            b.position_at_start(alloca_block)
+            self.row = b.alloca(self.type, size=ir.Constant(I64, length))
+
+    def _at(self, j):
+        return self.b.gep(self.row, [j], inbounds=True, source_etype=self.type)
+
+    def load(self, j):
+        value = self.b.load(self._at(j), typ=self.type)
+        return self.b.trunc(value, ir.IntType(1)) if self.pred else value
+
+    def store(self, j, value):
+        self.b.store(self.b.zext(value, self.type) if self.pred else value, self._at(j))
 
 
 # Sums of this many terms or more are added in any order (two vectors of
