@@ -8,3 +8,4 @@ class Target:
     implicit_dots: bool         # dots too, where they read so (dot_implicit.py; else GEMM calls)
     min_batched_product: int    # a batched dot with a smaller M*N*K stays a loop kernel
     patch_budget_bytes: int     # a patch matrix is built and multiplied in slices this large
+    split_reductions: bool = False  # large reductions into a row in parts threads share

@@ -89,9 +89,8 @@ def test_large_kernels_are_split_and_identical(name, threads, backend):
 SMALL = {
     "small_elementwise": (multi_output, (rand(8, 9), rand(8, 9, seed=1))),
     "small_rows": (lambda x: tf.reduce_max(x, axis=1), (rand(4, 5, 6),)),
-    # Large, but with no loop outside the reduction to split (one summation order).
-    "sum_to_scalar": (lambda x: tf.reduce_sum(x), (rand(2000, 600),)),
-    "sum_over_batch": (lambda x: tf.reduce_sum(x, axis=0), (rand(2000, 600),)),
+    # Large, but a float product, whose rounding depends on how its terms group.
+    "product_over_batch": (lambda x: tf.reduce_prod(1 + x / 1000, axis=0), (rand(2000, 600),)),
 }
 
 
@@ -105,6 +104,42 @@ def test_small_or_whole_reductions_stay_on_one_thread(name, backend):
     got, want = executable(list(args)), expected(module, list(args))
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4)
+
+
+# Large reductions into a row or a scalar, with no loop outside the reduction for
+# threads to split: reduced in a fixed number of parts that threads share, then folded.
+IN_PARTS = {
+    "sum_over_batch": (lambda x: tf.reduce_sum(x, axis=0), (rand(2000, 600),)),
+    "sum_to_scalar": (lambda x: tf.reduce_sum(x), (rand(2000, 600),)),
+    "bias_gradient": (lambda x: tf.reduce_sum(x, axis=[0, 1, 2]), (rand(128, 26, 26, 32),)),
+    "mean_over_an_odd_batch": (lambda x: tf.reduce_mean(x, axis=0), (rand(1001, 999),)),
+}
+# ... exactly where the combiner's result does not depend on the grouping.
+EXACT_IN_PARTS = {
+    "max_over_batch": (lambda x: tf.reduce_max(x, axis=0), (rand(2000, 600),)),
+    "min_to_scalar": (lambda x: tf.reduce_min(x), (rand(2000, 600),)),
+    "int_sum_over_batch": (lambda x: tf.reduce_sum(x, axis=0),
+                           (values("s32", (2000, 600), np.random.default_rng(4)),)),
+}
+
+
+@pytest.mark.parametrize("name", [*IN_PARTS, *EXACT_IN_PARTS])
+def test_large_reductions_into_a_row_are_shared_by_threads(name, backend):
+    fn, args = {**IN_PARTS, **EXACT_IN_PARTS}[name]
+    module = bridge(fn, *args)
+    executable = backend.compile(module)
+    assert split_kernels(executable)
+    results = []
+    for threads in (1, 2, 7):
+        parallel.set_threads(threads)
+        results.append(executable(list(args)))
+    for got in results[1:]:           # (the parts do not follow the thread count)
+        assert all(np.array_equal(g, w) for g, w in zip(got, results[0]))
+    if name in EXACT_IN_PARTS:
+        assert_identical(module, executable, list(args))
+    else:
+        for g, w in zip(results[0], expected(module, list(args))):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-3)
 
 
 def test_a_large_kernel_beside_a_small_matmul_is_split(sgemm_backend):

@@ -1,0 +1,111 @@
+"""Large reductions into few results, in two stages that threads can share.
+
+A bias gradient sums 128x26x26 rows of 32 into one row: a loop kernel whose
+only loop outside the reduction is the row itself, which no thread can take
+a part of (threads split a kernel's outer loops; a reduction's own loop is
+serial), so one core streams the whole operand at one core's memory
+bandwidth; a sum of a whole tensor, likewise. Split into PARTS along a reduction dim, each part's partial row is
+an outer loop of its own that threads share; a second kernel folds the parts
+in order by the same combiner. The init is then applied once per part, as
+HLO allows (it is an identity of the combiner).
+
+Only combiners whose results do not depend on the grouping are split:
+maximum, minimum, and, or, and integer sums and products, exactly; float
+sums this large, whose terms are added in any order already (vectors of
+partial sums), round differently only.
+"""
+import math
+from dataclasses import replace
+
+from . import indexing as ix
+from .collapse import rows_can_accumulate
+from .ir import S64, Buffer, Index, Load, LoopKernel, Op, Reduce, ReduceVar, Var, map_nodes
+
+# A row's parts: fixed, not the thread count, so that results do not depend on it.
+PARTS = 8
+
+# Terms (results x terms each) from which a second core's memory bandwidth
+# pays for the second stage (a bias gradient of 128x11x11 rows of 64 is 2^20).
+MIN_TERMS = 1 << 19
+
+_GROUPING_FREE = ("maximum", "minimum", "and", "or")
+_EXACT_ON_INTEGERS = ("add", "multiply")
+
+
+def _splittable(red):
+    """Whether Reduce `red` may fold its terms in parts: one accumulator, a
+    combiner of it and the term alone whose result ignores the grouping."""
+    if not (len(red.accs) == len(red.curs) == len(red.combined) == len(red.bodies) == 1):
+        return False
+    (combined,) = red.combined
+    if not isinstance(combined, Op) or len(combined.args) != 2 or \
+            {a.name for a in combined.args if isinstance(a, Var)} \
+            != {red.accs[0].name, red.curs[0].name}:
+        return False
+    floating = combined.dtype in ("f16", "bf16", "f32", "f64")
+    return combined.opcode in _GROUPING_FREE or combined.opcode == "add" \
+        or combined.opcode in _EXACT_ON_INTEGERS and not floating
+
+
+def _parts(extent):
+    """How many parts a reduction dim of `extent` splits into: its largest
+    divisor up to PARTS (parts of equal length); 1 where none is."""
+    return max(p for p in range(1, PARTS + 1) if extent % p == 0)
+
+
+def split_kernel(kernel, buffers):
+    """(partial kernel, partial buffer, folding kernel) for a loop kernel that
+    is one large splittable reduction into a scalar or a row (accumulated in
+    place: rows_can_accumulate) with no other loop for threads to share; else
+    None."""
+    if type(kernel) is not LoopKernel or len(kernel.stores) != 1:
+        return None
+    ((bid, red),) = kernel.stores
+    row = rows_can_accumulate(kernel, buffers) and math.prod(kernel.dims[:-1]) == 1
+    if not (row or kernel.dims == () and isinstance(red, Reduce)) or not _splittable(red) \
+            or math.prod(kernel.dims) * math.prod(red.extents) < MIN_TERMS:
+        return None
+    split = next((d for d, n in enumerate(red.extents) if _parts(n) > 1), None)
+    if split is None:
+        return None
+    parts, length = _parts(red.extents[split]), red.extents[split] // _parts(red.extents[split])
+    rank = len(kernel.dims)
+
+    # Partials[p, ...]: the reduction over part p of dim `split`, the result's
+    # index one dim further out.
+    def shifted(node):
+        if isinstance(node, Index):
+            return Index(S64, node.dim + 1)
+        if node.owner == red.key and node.dim == split:
+            return ix.add(ix.mul(Index(S64, 0), ix.c64(length)), node)
+        return node
+    partial = map_nodes(red, (Index, ReduceVar), shifted, {})
+    partial = replace(partial, extents=red.extents[:split] + (length,) + red.extents[split + 1:])
+    # (A scalar's parts as a column: one reduction each, on the threads.)
+    dims = (parts, *kernel.dims) if rank else (parts, 1)
+    partial_bid = len(buffers)
+    partial_buffer = Buffer(partial_bid, red.dtype, dims, "temp",
+                            name=f"{buffers[bid].name}.parts")
+    partials = LoopKernel(f"{kernel.name}_parts", dims, [(partial_bid, partial)], kernel.fused,
+                          reduction=True)
+    # The result: the parts folded in order.
+    part = ReduceVar(S64, red.key, 0)
+    fold = replace(red, extents=(parts,), bodies=(Load(red.dtype, partial_bid, (
+        part, *((Index(S64, d) for d in range(rank)) if rank else (ix.c64(0),)))),))
+    return partials, partial_buffer, replace(kernel, stores=[(bid, fold)])
+
+
+def split_reductions(program):
+    """The kernel-IR pass: each top-level loop kernel split_kernel splits,
+    replaced by its two stages."""
+    steps = []
+    for step in program.steps:
+        split = split_kernel(step, program.buffers)
+        if split is None:
+            steps.append(step)
+            continue
+        partials, buffer, fold = split
+        program.buffers.append(buffer)
+        steps += [partials, fold]
+    program.steps = steps
+    return program
