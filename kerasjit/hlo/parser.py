@@ -172,8 +172,9 @@ def _window(raw):
 
 
 def parse_literal(raw, shape):
-    """Literal text (`1.5`, `{ {1,2}, {3,4} }`, `true`) -> ndarray of `shape`."""
-    words = re.findall(r"[^\s{},()]+", raw)
+    """Literal text (`1.5`, `{ {1,2}, {3,4} }`, `true`) -> ndarray of `shape`;
+    comments (`{ /*i0=0*/ {1,2}, ...`, as XLA prints a large array's rows) aside."""
+    words = re.findall(r"[^\s{},()]+", re.sub(r"/\*.*?\*/", " ", raw, flags=re.S))
     dtype = shape.numpy_dtype
     if shape.dtype == "pred":
         values = [w == "true" or w == "1" for w in words]

@@ -120,3 +120,13 @@ ENTRY %e (x: f32[2,5,6,3], k: f32[3,3,3,4]) -> f32[2,3,4,4] {
     assert labels.positions() == ({"b": 0, 0: 1, 1: 2, "f": 3}, {0: 0, 1: 1, "i": 2, "o": 3},
                                   {"b": 0, 0: 1, 1: 2, "f": 3})
     assert "dim_labels=b01f_01io->b01f" in print_module(module)
+
+
+def test_an_array_constant_printed_with_its_rows_numbered_parses():
+    # (XLA numbers a large array's rows in comments)
+    module = parse_module("""HloModule m
+ENTRY %e () -> f32[2,3] {
+  ROOT %c = f32[2,3] constant({ /*i0=0*/ {1, 2, 3}, /*i0=1*/ {4, 5.5, -6} })
+}
+""")
+    np.testing.assert_array_equal(module.entry.root.literal, [[1, 2, 3], [4, 5.5, -6]])

@@ -1,6 +1,8 @@
 """Adjacent loop dims merge where the kernel uses their indices only to
 address memory laid out like the loop: a [784, 10] update runs as one loop
-of 7840 (the inner 10 is too short for vectors), with the same results."""
+of 7840 (the inner 10 is too short for vectors), with the same results.
+And the innermost one splits where a reshape addresses memory by its
+quotient and remainder: an attention head's 16 columns a loop of their own."""
 import pytest
 
 from kerasjit.hlo import parse_module
@@ -109,3 +111,31 @@ def test_a_reduction_over_the_batch_accumulates_rows():
   %x = s32[64,7,10] parameter(0)
   %zero = s32[] constant(0)
   ROOT %r = s32[7,10] reduce(%x, %zero), dimensions={0}, to_apply=%sum""", REDUCE_SUM)) == (7, 10)
+
+
+def heads_merged(heads, width):
+    """Attention heads' outputs [8, heads, 10, width] as [8, 10, heads * width]."""
+    return hlo(f"""
+  %x = f32[8,{heads},10,{width}] parameter(0)
+  %t = f32[8,10,{heads},{width}] transpose(%x), dimensions={{0,2,1,3}}
+  %r = f32[8,10,{heads * width}] reshape(%t)
+  %two = f32[] constant(2)
+  %b = f32[8,10,{heads * width}] broadcast(%two), dimensions={{}}
+  ROOT %y = f32[8,10,{heads * width}] multiply(%r, %b)""")
+
+
+def test_merged_attention_heads_loop_over_each_head_s_columns():
+    assert collapsed_dims(heads_merged(4, 16)) == (8, 10, 4, 16)
+
+
+def test_runs_shorter_than_a_vector_keep_the_loop_whole():
+    assert collapsed_dims(heads_merged(16, 4)) == (8, 10, 64)
+
+
+def test_an_index_used_whole_too_keeps_its_loop():
+    text = heads_merged(4, 16).replace("ROOT %y", "%y").replace("\n}", """
+  %i = s32[8,10,64] iota(), iota_dimension=2
+  %f = f32[8,10,64] convert(%i)
+  ROOT %z = f32[8,10,64] add(%y, %f)
+}""")
+    assert collapsed_dims(text) == (8, 10, 64)
