@@ -4,9 +4,9 @@ A bias gradient sums 128x26x26 rows of 32 into one row: a loop kernel whose
 only loop outside the reduction is the row itself, which no thread can take
 a part of (threads split a kernel's outer loops; a reduction's own loop is
 serial), so one core streams the whole operand at one core's memory
-bandwidth; a sum of a whole tensor, likewise. Split into PARTS along a reduction dim, each part's partial row is
-an outer loop of its own that threads share; a second kernel folds the parts
-in order by the same combiner. The init is then applied once per part, as
+bandwidth; a sum of a whole tensor, likewise. Split into PARTS along a
+reduction dim, each part's partial row is an outer loop of its own that
+threads share; a second kernel folds the parts in order by the same combiner. The init is then applied once per part, as
 HLO allows (it is an identity of the combiner).
 
 Only combiners whose results do not depend on the grouping are split:
@@ -25,11 +25,11 @@ from .ir import S64, Buffer, Index, Load, LoopKernel, Op, Reduce, ReduceVar, Var
 PARTS = 8
 
 # Terms (results x terms each) from which a second core's memory bandwidth
-# pays for the second stage (a bias gradient of 128x11x11 rows of 64 is 2^20).
+# pays for the second stage (a bias gradient of 128x11x11 rows of 64: ~2^20).
 MIN_TERMS = 1 << 19
 
-_GROUPING_FREE = ("maximum", "minimum", "and", "or")
-_EXACT_ON_INTEGERS = ("add", "multiply")
+# Combiners split: any order of terms gives the same result (float sums: but for rounding).
+_GROUPING_FREE = ("maximum", "minimum", "and", "or", "add")
 
 
 def _splittable(red):
@@ -42,9 +42,8 @@ def _splittable(red):
             {a.name for a in combined.args if isinstance(a, Var)} \
             != {red.accs[0].name, red.curs[0].name}:
         return False
-    floating = combined.dtype in ("f16", "bf16", "f32", "f64")
-    return combined.opcode in _GROUPING_FREE or combined.opcode == "add" \
-        or combined.opcode in _EXACT_ON_INTEGERS and not floating
+    integer = combined.dtype[0] in "su"         # (a float product rounds by grouping)
+    return combined.opcode in _GROUPING_FREE or combined.opcode == "multiply" and integer
 
 
 def _parts(extent):
