@@ -86,7 +86,7 @@ class _Run:
     def __init__(self, program, state, out_structure, traced, recheck=None):
         self.program, self.state, self.pack = program, state, _packer(out_structure)
         self.traced, self.recheck = traced, recheck
-        self.direct = None
+        self.direct, self.ran = None, False
 
     def __call__(self, tensors):
         outputs = self.checked(tensors)
@@ -97,8 +97,23 @@ class _Run:
     def checked(self, tensors):
         """The step's outputs, or None where its inputs failed a check (checks.py)."""
         values = self.state.read()
-        self.direct = self.direct or self.program.bind(tensors, values)
-        outputs, new_state = (self.direct or self.program.run)(tensors, values)
+        try:
+            self.direct = self.direct or self.program.bind(tensors, values)
+            outputs, new_state = (self.direct or self.program.run)(tensors, values)
+        except (ValueError, TypeError) as e:
+            if self.ran:
+                raise
+            # TensorFlow could not build a part of the program (kerasjit's rewrite of a
+            # cond whose branches make values of different shapes, known only now):
+            # no variable changed yet, so TensorFlow runs the step as it traced it.
+            warn(f"kerasjit: TensorFlow runs the step: its first call failed: "
+                 f"{type(e).__name__}: {str(e).splitlines()[0]}")
+            store = self.state.store
+            self.program = whole_step_in_tensorflow(self.traced, "its compiled program "
+                                                    "failed", store)
+            self.state, self.recheck, self.direct = VariableState([], {}, store), None, None
+            return self.checked(tensors)
+        self.ran = True
         if self.recheck is not None and not outputs.pop():
             return None
         self.state.write(new_state)

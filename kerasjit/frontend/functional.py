@@ -31,6 +31,9 @@ from ..errors import UnsupportedGraph
 
 # op type -> elementwise op applying the update to the current value
 _UPDATE_OPS = {"AssignAddVariableOp": "AddV2", "AssignSubVariableOp": "Sub"}
+# op type -> the TensorScatter op applying a scatter into a variable to its value
+_SCATTER_OPS = {f"ResourceScatter{kind}": f"TensorScatter{kind}"
+                for kind in ("Add", "Sub", "Update", "Max", "Min")}
 # resource ops that never touch the value (no-ops once variables are values)
 _INERT_RESOURCE_OPS = {"VarIsInitializedOp", "NoOp"}
 _CALLS = {"PartitionedCall", "StatefulPartitionedCall"}
@@ -193,10 +196,29 @@ class _Walker:
             self.nodes.append(update)
             self.current[handle] = tensor_name(update.name)
             self.specs[self.current[handle]] = self.specs[tensor_name(n.input[1])]
+        elif n.op in _SCATTER_OPS:
+            self._scatter(n, handle)
         elif n.op not in _INERT_RESOURCE_OPS:
             raise UnsupportedGraph(f"op {n.op} ('{n.name}') uses a variable in a "
                                    "way kerasjit cannot turn into dataflow")
         self.removed.add(n.name)
+
+    def _scatter(self, n, handle):
+        """A scatter into a variable (a sparse gradient's update: an Embedding
+        trained by SGD) as the TensorScatter op of its value, the indices
+        made coordinates along the first dim."""
+        var = self.internal_to_var[handle]
+        indices, updates = n.input[1:3]
+        index_spec = self.specs[tensor_name(indices)]
+        b = Builder(n.name, self.specs, self.nodes)
+        coordinates = b.op("coordinates", "ExpandDims", [self.resolve(indices),
+                                                         b.const("axis", np.int32(-1))],
+                           index_spec.shape.concatenate([1]), index_spec.dtype,
+                           T=index_spec.dtype, Tdim=tf.int32)
+        value = b.op("value", _SCATTER_OPS[n.op],
+                     [self.current[handle], coordinates, self.resolve(updates)],
+                     var.shape, var.dtype, T=var.dtype, Tindices=index_spec.dtype)
+        self.current[handle] = tensor_name(value.name)
 
     def inline(self, name, inputs, prefix):
         """Visit function `name`'s body, its arguments bound to `inputs`, its
@@ -336,6 +358,11 @@ class _Walker:
 
         def pick(name, values):
             values = [tensor_name(v) for v in values]
+            shapes = {tuple(self.specs[v].shape.as_list()) for v in values
+                      if self.specs[v].shape.is_fully_defined()}
+            if len(shapes) > 1:         # (a select takes one shape)
+                raise UnsupportedGraph(f"the branches of '{n.name}' make values of different "
+                                       f"shapes {sorted(shapes)}")
             chosen = values[-1]
             for k in reversed(range(count - 1)):
                 if values[k] != chosen:

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 import kerasjit
+from kerasjit import workloads
 from kerasjit.step import CompiledStep
 
 from tests.fuzz.fuzz_keras import compare
@@ -154,6 +155,29 @@ def test_a_step_that_cannot_be_made_dataflow_runs_whole_in_tensorflow_with_a_war
     step = wrapped._kerasjit.train
     [cluster] = next(iter(step.programs.values())).program.clusters
     assert cluster.kind == "tensorflow" and "ResourceScatterNdAdd" in cluster.reason
+
+
+def test_a_step_tensorflow_cannot_build_as_rewritten_runs_as_traced_with_a_warning():
+    """RMSprop's sparse update branches on a cond whose branches make slices of
+    different lengths: made one select by kerasjit, which TensorFlow refuses
+    at the first call. Nothing has changed yet: TensorFlow runs the step."""
+    x, y = workloads.token_data(48, 12, 300)
+
+    def fit(wrapped):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((12,), dtype="int32"),
+                                  keras.layers.Embedding(300, 8),
+                                  keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+        model.compile(optimizer="rmsprop", loss="mse")
+        if wrapped:
+            model = kerasjit.wrap(model, race=False, background=False)
+        return model, model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    plain, plain_history = fit(False)
+    with pytest.warns(RuntimeWarning, match="TensorFlow runs the step: its first call failed"):
+        wrapped, history = fit(True)
+    assert history.history["loss"] == plain_history.history["loss"]
+    for a, b in zip(wrapped.get_weights(), plain.get_weights()):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_a_loop_over_tensors_compiles_with_the_rest():

@@ -69,6 +69,9 @@ CASES = {
     "text_transformer": (lambda **k: workloads.text_transformer(vocab=300, length=20, dropout=0,
                                                                 **k),
                          lambda n: workloads.token_data(n, 20, 300), 16),
+    # An embedding trained by plain SGD: its sparse gradient scattered into the table.
+    "embedding_sgd": (lambda **k: _embedding_classifier("sgd", **k),
+                      lambda n: workloads.token_data(n, 12, 300), 16),
     # Causal self-attention, gelu, AdamW, a logits head on every position.
     "gpt_decoder": (lambda **k: workloads.gpt_decoder(vocab=200, length=16, width=32, heads=2,
                                                       **k),
@@ -84,6 +87,14 @@ def _stacked_rnn(jit_compile=False):
         keras.layers.Bidirectional(keras.layers.LSTM(6, return_sequences=True)),
         keras.layers.SimpleRNN(5), keras.layers.Dense(3, activation="softmax")])
     model.compile(optimizer="adam", loss="categorical_crossentropy", jit_compile=jit_compile)
+    return model
+
+
+def _embedding_classifier(optimizer, jit_compile=False):
+    model = keras.Sequential([keras.Input((12,), dtype="int32"), keras.layers.Embedding(300, 8),
+                              keras.layers.GlobalAveragePooling1D(),
+                              keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(optimizer=optimizer, loss="binary_crossentropy", jit_compile=jit_compile)
     return model
 
 
