@@ -106,10 +106,12 @@ def explain(model_or_fn, *example_inputs, backend="auto", verbose=False):
         strategy = strategy_of(model)
         step = state.train if state else CompiledStep(
             replicated(model.train_step, strategy, "auto"), backend, "train_step")
-        # As fit feeds them: floating-point arrays cast to Keras's float type.
-        batch = tuple(np.asarray(a, keras.backend.floatx())
-                      if a is not None and np.asarray(a).dtype.kind == "f" else a
-                      for a in example_inputs)
+        # As fit feeds them: floating-point arrays (of several inputs too) cast to
+        # Keras's float type.
+        def as_fed(a):
+            return np.asarray(a, keras.backend.floatx()) \
+                if a is not None and np.asarray(a).dtype.kind == "f" else a
+        batch = tuple(keras.tree.map_structure(as_fed, a) for a in example_inputs)
         program = step.program_for(*split_batch(batch, strategy))
         return Explanation(f"{model.name}.train_step", program, verbose)
     step = model_or_fn if isinstance(model_or_fn, CompiledStep) else \

@@ -175,3 +175,14 @@ def test_explaining_a_model_without_a_batch_says_it_needs_one():
         kerasjit.explain(model)
     x, y = np.ones((4, 3), np.float32), np.ones((4, 2), np.float32)
     assert "ops run compiled" in str(kerasjit.explain(model, x, y))
+
+
+def test_explaining_a_model_of_several_inputs_takes_them_as_fit_does():
+    images, tokens = keras.Input((4, 4, 1)), keras.Input((3,), dtype="int32")
+    joined = keras.layers.Concatenate()([
+        keras.layers.Flatten()(images),
+        keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(9, 2)(tokens))])
+    model = keras.Model([images, tokens], keras.layers.Dense(2)(joined))
+    model.compile(optimizer="sgd", loss="mse")
+    x = [np.ones((4, 4, 4, 1)), np.ones((4, 3), np.int32)]       # (float64 images)
+    assert "ops run compiled" in str(kerasjit.explain(model, x, np.ones((4, 2))))
