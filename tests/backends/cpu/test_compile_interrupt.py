@@ -41,15 +41,20 @@ def test_ctrl_c_during_llvm_takes_effect_before_llvm_returns(monkeypatch):
     # Python's own Ctrl-C handler, whatever this process inherited (a shell's
     # background job starts with SIGINT ignored, and Python then installs none).
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    main, signalled = threading.main_thread().ident, []
+    main, signalled, submitted = threading.main_thread().ident, [], threading.Event()
+    submit = workers.Worker.submit
+    monkeypatch.setattr(workers.Worker, "submit",
+                        lambda worker, *a: (submit(worker, *a), submitted.set()))
 
-    def interrupt():
+    def interrupt():        # (once the worker has the module: LLVM takes a second on it)
+        submitted.wait()
+        time.sleep(0.2)
         signalled.append(time.perf_counter())
         signal.pthread_kill(main, signal.SIGINT)
     try:
         pool.parallelism()                  # (its worker started)
         busy = pool.workers[0]
-        threading.Timer(0.3, interrupt).start()
+        threading.Thread(target=interrupt, daemon=True).start()
         with pytest.raises(KeyboardInterrupt):
             cpu._object_code(long_module(), "interrupted", unroll=True)
         waited = time.perf_counter() - signalled[0]
