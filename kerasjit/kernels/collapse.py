@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from ..hlo.shape import DTYPES
 from .ir import (S64, Const, Index, Load, LoopKernel, Reduce, ReduceVar, children, map_nodes,
-                 nested_steps, walk)
+                 replace_steps, walk)
 
 
 def _positions(kernel):
@@ -121,11 +121,7 @@ def _reads_along(red, buffers, row_dim):
 def collapse_loops(program):
     """The kernel-IR pass: every loop kernel of `program` (inside compound
     steps too) with its mergeable dims merged, but for lone reductions."""
-    def visit(steps):
-        for i, step in enumerate(steps):
-            for inside in nested_steps(step):
-                visit(inside)
-            if type(step) is LoopKernel and not rows_can_accumulate(step, program.buffers):
-                steps[i] = collapse_dims(step, program.buffers)
-    visit(program.steps)
+    replace_steps(program.steps, lambda step: collapse_dims(step, program.buffers)
+                  if type(step) is LoopKernel and not rows_can_accumulate(step, program.buffers)
+                  else step)
     return program

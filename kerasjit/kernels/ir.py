@@ -275,6 +275,15 @@ class KernelProgram:
     #                                                 buffer it is written over (aliasing.py)
 
 
+def replace_steps(steps, change):
+    """Each step of `steps`, compound steps' own first, replaced in place by
+    change(step) (a kernel pass over every kernel of a program)."""
+    for i, step in enumerate(steps):
+        for inside in nested_steps(step):
+            replace_steps(inside, change)
+        steps[i] = change(step)
+
+
 def leaf_steps(steps):
     """The LoopKernels and GemmCalls of `steps` in program order, those of
     compound steps included (once each, not per iteration)."""

@@ -13,7 +13,7 @@ loops again where both only address memory side by side.
 """
 from dataclasses import replace
 
-from .ir import (S64, Const, Index, LoopKernel, Op, Reduce, children, map_nodes, nested_steps,
+from .ir import (S64, Const, Index, LoopKernel, Op, Reduce, children, map_nodes, replace_steps,
                  walk)
 
 # The shortest run worth a loop of its own: a vector of 8 floats.
@@ -63,10 +63,5 @@ def split_innermost(kernel):
 def split_loops(program):
     """The kernel-IR pass: split_innermost on every loop kernel of `program`
     (inside compound steps too)."""
-    def visit(steps):
-        for i, step in enumerate(steps):
-            for inside in nested_steps(step):
-                visit(inside)
-            steps[i] = split_innermost(step)
-    visit(program.steps)
+    replace_steps(program.steps, split_innermost)
     return program
