@@ -26,17 +26,6 @@ def merged_levels(levels):
     return out
 
 
-def in_place(lw, inst):
-    """A buffer holding `inst`'s elements in row-major order: a reshape's (or
-    bitcast's) operand's, where it has one, since a reshape moves no element
-    (a Conv1D's operands are reshapes of 3-d values). An ImplicitGemm reads it
-    by strides, so it needs the order, not the dims."""
-    while inst.opcode in ("reshape", "bitcast") and inst not in lw.buffer_of \
-            and inst.operands[0].shape.size == inst.shape.size:
-        inst = inst.operands[0]
-    return lw.materialized(inst)
-
-
 def _read(lw, inst, index, at):
     """`inst` at `at` in a copying kernel over `index`: a load, or its producers
     computed in place (a reshape or reverse becomes index arithmetic)."""
@@ -48,7 +37,7 @@ def _padded(lw, inst, lhs, lhs_l, window):
     a strided convolution's input gradient) made explicit in a buffer of its
     own, and its dims."""
     if not any(w.pad_lo or w.pad_hi or w.lhs_dilate > 1 for w in window):
-        return in_place(lw, lhs), lhs.shape.dims
+        return lw.in_place(lhs), lhs.shape.dims
     dims = list(lhs.shape.dims)
     for d, w in enumerate(window):
         dims[lhs_l[d]] = (dims[lhs_l[d]] - 1) * w.lhs_dilate + 1 + w.pad_lo + w.pad_hi
@@ -76,7 +65,7 @@ def _weights(lw, inst, rhs, rhs_l):
     [window..., i, o] where they are not: the input gradient's), its dims and labels."""
     spatial = len(rhs_l) - 2
     if rhs_l["o"] == spatial + 1:
-        return in_place(lw, rhs), rhs.shape.dims, rhs_l
+        return lw.in_place(rhs), rhs.shape.dims, rhs_l
     order = [*range(spatial), "i", "o"]
     dims = tuple(rhs.shape.dims[rhs_l[x]] for x in order)
     index = [Index(S64, d) for d in range(spatial + 2)]

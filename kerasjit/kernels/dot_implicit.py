@@ -14,7 +14,7 @@ which the CPU's narrow GEMM kernels run as fast or faster.
 import math
 
 from ..hlo.shape import row_major_strides
-from .conv_implicit import in_place, merged_levels
+from .conv_implicit import merged_levels
 from .ir import ImplicitGemm
 
 NARROW = 16
@@ -43,6 +43,6 @@ def dot_as_implicit_gemm(lw, inst, role):
     if min(n, math.prod(e for e, _, _ in rows)) <= NARROW:
         return False
     lw.steps.append(ImplicitGemm(f"igemm_{inst.name}", lw.buffer_for(inst, role),
-                                 in_place(lw, lhs), in_place(lw, rhs), n, tuple(rows[:-1]),
+                                 lw.in_place(lhs), lw.in_place(rhs), n, tuple(rows[:-1]),
                                  rows[-1], tuple(depth)))
     return True

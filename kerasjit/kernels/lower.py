@@ -126,6 +126,16 @@ class _Lowering:
             self._emit(inst, "temp")
         return self.buffer_of[inst]
 
+    def in_place(self, inst):
+        """A buffer holding `inst`'s elements in row-major order: a reshape's (or
+        bitcast's) operand's, where it has one, since a reshape moves no element
+        (a Flatten before a Dense layer, a Conv1D's operands). For steps that
+        read a buffer by strides (GEMMs), which need the order, not the dims."""
+        while inst.opcode in ("reshape", "bitcast") and inst not in self.buffer_of \
+                and inst.operands[0].shape.size == inst.shape.size:
+            inst = inst.operands[0]
+        return self.materialized(inst)
+
     def temp(self, dtype, dims, name):
         buf = Buffer(len(self.buffers), dtype, tuple(dims), "temp", None, name)
         self.buffers.append(buf)
@@ -330,5 +340,5 @@ class _Lowering:
         if layout is None:
             return None
         # (sgemm reads buffers: its operands are materialised)
-        lhs, rhs = (self.materialized(op) for op in inst.operands)
+        lhs, rhs = (self.in_place(op) for op in inst.operands)
         return GemmCall(f"gemm_{inst.name}", None, lhs, rhs, **dataclasses.asdict(layout))

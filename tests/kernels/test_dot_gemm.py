@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 
 from kerasjit.backends.cpu import CpuBackend, narrow_gemm
 from kerasjit.backends.gpu.device import CupyDevice
+from kerasjit.compiler import lower
 from kerasjit.hlo import parse_module
 from kerasjit.hlo.evaluator import evaluate
+from kerasjit.kernels.ir import GemmCall
 
 from tests.support.gemm import gemm_call
 from tests.support.targets import CPU
@@ -184,3 +186,34 @@ def test_layouts_blas_cannot_read_are_refused():
     assert gemm_call([3, 4, 2], [2, 4, 6],
                        {"lhs_batch_dims": [2], "rhs_batch_dims": [0],
                         "lhs_contracting_dims": [1], "rhs_contracting_dims": [1]}) is None
+
+
+@pytest.mark.parametrize("features", [10, 96], ids=["narrow", "sgemm"])
+def test_a_reshaped_operand_is_read_in_place(features):
+    """A Flatten before a Dense layer moves no element: the GEMM reads the
+    pooled value's buffer as it is, no kernel copies it first."""
+    module = parse_module(f"""HloModule flatten_dense
+%max (x: f32[], y: f32[]) -> f32[] {{
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %m = f32[] maximum(f32[] %x, f32[] %y)
+}}
+ENTRY %e (a: f32[8,6,6,4], w: f32[36,{features}]) -> f32[8,{features}] {{
+  %a = f32[8,6,6,4] parameter(0)
+  %w = f32[36,{features}] parameter(1)
+  %low = f32[] constant(-inf)
+  %pool = f32[8,3,3,4] reduce-window(f32[8,6,6,4] %a, f32[] %low), window={{size=1x2x2x1 stride=1x2x2x1}}, to_apply=%max
+  %flat = f32[8,36] reshape(f32[8,3,3,4] %pool)
+  ROOT %d = f32[8,{features}] dot(f32[8,36] %flat, f32[36,{features}] %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+""")
+    program = lower(module, CPU)
+    assert [type(s).__name__ for s in program.steps] == ["LoopKernel", "GemmCall"]
+    (gemm,) = [s for s in program.steps if isinstance(s, GemmCall)]
+    assert gemm.lhs == program.steps[0].stores[0][0]     # the pooled buffer itself
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((8, 6, 6, 4)).astype(np.float32),
+            rng.standard_normal((36, features)).astype(np.float32)]
+    with mock.patch.dict(os.environ, {"KERASJIT_CACHE_DIR": ""}):
+        got = CpuBackend().compile(module)(args)[0]
+    np.testing.assert_allclose(got, evaluate(module, args), rtol=1e-5, atol=1e-5)
