@@ -20,8 +20,12 @@ tuple layout never change:
   elementwise op of scalar broadcasts -> broadcast of the scalar op
       (computes the op once; lets constant folding see scalar constants)
   x + dynamic-update-slice(zeros, u, i) -> dynamic-update-slice(x, x[i] + u, i)
-      (the one rewrite that is not bit-exact: outside the window a -0.0
-      of x stays -0.0 where x + 0.0 made it +0.0)
+      (not bit-exact: outside the window a -0.0 of x stays -0.0 where
+      x + 0.0 made it +0.0)
+  power(x, 2) -> x * x (exact), power(x, 3) -> x * x * x, power(x, 4) -> (x * x) * (x * x)
+      (floats; within an ulp or two of pow, which is itself not correctly
+      rounded: a multiply vectorises where a pow call per element does not,
+      as in tanh-approximated gelu's x^3)
 
 Mutates and returns the module; replaced instructions are removed.
 """
@@ -58,10 +62,10 @@ def _simplify(inst, make):
     result = rule(inst, *inst.operands) if rule else None
     if result is not None:
         return result if isinstance(result, Instruction) else make(*result)
-    if inst.opcode == "add":
-        added = _add_into_window(inst, make)
-        if added is not None:
-            return added
+    if inst.opcode in _BUILDING_RULES:
+        built = _BUILDING_RULES[inst.opcode](inst, make)
+        if built is not None:
+            return built
     if inst.kind == INJECTIVE and len(inst.operands) == 1 and _scalar_broadcast(inst.operands[0]):
         return make("broadcast", inst.shape, inst.operands[0].operands, {"dimensions": ()})
     if (inst.kind == ELEMENTWISE and inst.shape.rank > 0 and all(
@@ -154,6 +158,17 @@ def _subtract(inst, a, b):
     return a if _is_zero(b, negative=False) else None
 
 
+def _power(inst, make):
+    """power(x, 2, 3 or 4) on floats as multiplies."""
+    x, exponent = inst.operands
+    n = uniform_value(exponent)
+    if inst.shape.dtype[0] not in "fb" or n not in (2, 3, 4):
+        return None
+    square = make("multiply", inst.shape, [x, x], {})
+    return square if n == 2 else make("multiply", inst.shape,
+                                      [square, x if n == 3 else square], {})
+
+
 def _select(inst, p, a, b):
     taken = uniform_value(p)
     if taken is None:
@@ -171,6 +186,10 @@ _RULES = {"reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast,
           "concatenate": _concatenate, "get-tuple-element": _get_tuple_element,
           "multiply": _multiply, "add": _add, "subtract": _subtract, "select": _select,
           "set-dimension-size": _set_dimension_size}
+
+
+# Rules that build several instructions: (inst, make) -> the replacement, or None.
+_BUILDING_RULES = {"add": _add_into_window, "power": _power}
 
 
 def _scalar_broadcast(inst):

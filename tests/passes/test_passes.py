@@ -219,6 +219,17 @@ SIMPLIFY_CASES = {
         [r"dynamic-slice\(f32\[5,3\]\{1,0\} %x", r"add\(f32\[1,3\]",
          r"ROOT \S+ = f32\[5,3\]\{1,0\} dynamic-update-slice\(f32\[5,3\]\{1,0\} %x"],
         [r"f32\[5,3\]\{1,0\} add", "broadcast"]),
+    # A square is a multiply (as exact as pow); other exponents stay pow.
+    "power_two_is_a_square": (r"""
+  %x = f32[6] parameter(0)
+  %two = f32[] constant(2)
+  %half = f32[] constant(2.5)
+  %b2 = f32[6] broadcast(%two), dimensions={}
+  %b3 = f32[6] broadcast(%half), dimensions={}
+  %p = f32[6] power(%x, %b2)
+  %q = f32[6] power(%x, %b3)
+  ROOT %o = (f32[6], f32[6]) tuple(%p, %q)""",
+        [r"multiply\(f32\[6\]\{0\} %x, f32\[6\]\{0\} %x\)", r"power"], []),
     # The root is replaced by the parameter: same shape, same parameter list.
     "root_copy_of_parameter": (r"""
   %p = f32[4] parameter(0)
@@ -231,6 +242,24 @@ SIMPLIFY_CASES = {
 def test_simplify(case):
     body, check, check_not = SIMPLIFY_CASES[case]
     run(hlo(body), [simplify, dce], check, check_not)
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_small_integer_powers_become_multiplies_within_two_ulps(n):
+    """x^3 (tanh-approximated gelu's) as multiplies: two roundings, where pow's
+    own result is within an ulp."""
+    text = hlo(f"""
+  %x = f32[4096] parameter(0)
+  %n = f32[] constant({n})
+  %b = f32[4096] broadcast(%n), dimensions={{}}
+  ROOT %p = f32[4096] power(%x, %b)""")
+    after = Pipeline([simplify, dce], debug=True)(parse_module(text))
+    assert opcodes(after).count("multiply") == 2 and "power" not in opcodes(after)
+    x = np.random.default_rng(n).standard_normal(4096).astype(np.float32) * 30
+    x[:4] = [0.0, -0.0, np.inf, -np.inf]
+    got, want = evaluate(after, [x]), evaluate(parse_module(text), [x])
+    np.testing.assert_array_equal(got[:4], want[:4])
+    assert (np.abs(got[4:] - want[4:]) <= 2 * np.spacing(np.abs(want[4:]))).all()
 
 
 def test_inline_calls_replaces_every_call_by_its_callee():
