@@ -4,7 +4,8 @@ Reindexing (broadcast, transpose, reshape, slice, pad...) produces many
 index expressions; folding constants and identities here keeps generated
 code and dumps small without a separate pass.
 """
-from .ir import S64, Const, Op
+from ..hlo.shape import row_major_strides
+from .ir import S64, Const, Index, Op
 
 
 def c64(value):
@@ -91,6 +92,56 @@ def delinearize(flat, dims):
         out.append(mod(div(flat, stride), n) if stride * n != _total(dims) else div(flat, stride))
         stride *= n
     return tuple(reversed(out))
+
+
+def load_terms(index, dims):
+    """(index Expr, stride) pairs summing to the row-major offset of `index`
+    in a buffer of `dims`, unit dims left out. Consecutive components that
+    are one value's digits, [x // 4, x % 4] (a reshape between shapes whose
+    dims do not align, as a dropout's random words [n, 4] read as [b, t, d]),
+    are that value: (x // 4) * 4 + x % 4 is x, an address the vectoriser sees
+    run consecutively where it would gather element by element."""
+    strides, terms, k = row_major_strides(dims), [], len(index) - 1
+    while k >= 0:
+        first = _first_digit(index, dims, k)
+        if first is not None:           # x's digits in dims[first..k]: x, at k's stride
+            terms.append((index[first].args[0], strides[k]))
+            k = first - 1
+            continue
+        if dims[k] != 1:
+            terms.append((index[k], strides[k]))
+        k -= 1
+    return terms
+
+
+def _is(e, opcode, n):
+    return isinstance(e, Op) and e.opcode == opcode and _const(e.args[1]) == n
+
+
+def _same(a, b):
+    """One value: one expression, or the same loop index."""
+    return a is b or (isinstance(a, Index) and isinstance(b, Index) and a.dim == b.dim)
+
+
+def _first_digit(index, dims, k):
+    """j where index[j..k] are the digits of one value x in dims[j..k]: x % n_k
+    last, (x // within) % n before it, x // within first (unit dims between,
+    indexed 0, skipped); None where they are not."""
+    last = index[k]
+    if not _is(last, "remainder", dims[k]):
+        return None
+    x, within = last.args[0], dims[k]
+    for j in range(k - 1, -1, -1):
+        digit = index[j]
+        if dims[j] == 1 and _const(digit) == 0:
+            continue
+        if _is(digit, "divide", within) and _same(digit.args[0], x):
+            return j
+        if not (_is(digit, "remainder", dims[j]) and _is(digit.args[0], "divide", within)
+                and _same(digit.args[0].args[0], x)):
+            return None
+        within *= dims[j]
+    return None
 
 
 def _total(dims):

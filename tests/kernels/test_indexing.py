@@ -58,3 +58,30 @@ def test_split_dims_are_split_alone():
     divisions = [n for i in index for n in walk(i)
                  if isinstance(n, Op) and n.opcode in ("divide", "remainder")]
     assert len(divisions) == 2 and all(n.args[0].dim == 2 for n in divisions)
+
+
+@settings(max_examples=200, deadline=None)
+@given(reshapes())
+def test_load_terms_give_the_row_major_offset(dims):
+    out_dims, in_dims = dims
+    grid = np.indices(out_dims).reshape(len(out_dims), -1).astype(np.int64)
+    index = ix.reshape_index(tuple(Index(S64, d) for d in range(len(out_dims))),
+                             out_dims, in_dims)
+    offset = sum(_value(i, grid) * stride for i, stride in ix.load_terms(index, in_dims))
+    np.testing.assert_array_equal(np.broadcast_to(offset, grid.shape[1:]),
+                                  np.ravel_multi_index(tuple(grid), out_dims))
+
+
+def test_one_values_digits_are_read_as_that_value():
+    """Dropout's random words [n, 4] read as [b, h, t, t]: the address is the
+    element's own flat position, not (p // 4) * 4 + p % 4."""
+    out_dims, in_dims = (6, 4, 5, 5), (150, 4)
+    index = ix.reshape_index(tuple(Index(S64, d) for d in range(4)), out_dims, in_dims)
+    terms = ix.load_terms(index, in_dims)
+    assert len(terms) == 1 and terms[0][1] == 1
+    assert not any(isinstance(n, Op) and n.opcode in ("divide", "remainder")
+                   for n in walk(terms[0][0]))
+    # With a leading dim of its own: [b, x // 4, x % 4] -> b * 600 + x.
+    index = (Index(S64, 0), ix.div(Index(S64, 1), 4), ix.mod(Index(S64, 1), 4))
+    assert [(type(e).__name__, s) for e, s in ix.load_terms(index, (3, 150, 4))] == \
+        [("Index", 1), ("Index", 600)]

@@ -16,6 +16,7 @@ from ...hlo.opcodes import OPCODES, TRANSCENDENTAL
 from ...hlo.shape import row_major_strides
 from ...kernels.collapse import rows_can_accumulate
 from ...kernels.identity import identity
+from ...kernels.indexing import load_terms
 from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, ImplicitGemm, Index, Load,
                            LoopKernel, Op, Reduce, ReduceVar, ScatterKernel, Var, WhileLoop,
                            kernel_exprs, leaf_steps, walk)
@@ -148,7 +149,7 @@ class _KernelBuilder:
 
         def load(i, j):
             if i == red.result:
-                return self.load(Load(red.dtype, bid, ()), prefix + (j,))
+                return self.load(Load(red.dtype, bid, ()), self.address(bid, prefix + (j,)))
             return rows[i].load(j)
 
         def store(i, j, value):
@@ -187,19 +188,22 @@ class _KernelBuilder:
     def address(self, bid, index, dims=None):
         """Where buffer `bid`'s element `index` lies, the buffer laid out
         row-major as `dims` (by default its own)."""
-        buf = self.program.buffers[bid]
-        dims = dims or buf.dims
-        flat = linear(self.b, *[(i, s) for i, s, n in zip(index, row_major_strides(dims), dims)
-                                if n != 1])
-        return self.b.gep(self.pointers[bid], [flat], inbounds=True, source_etype=memory_type(buf.dtype))
+        dims = dims or self.program.buffers[bid].dims
+        return self.at(bid, [(i, s) for i, s, n in zip(index, row_major_strides(dims), dims)
+                             if n != 1])
+
+    def at(self, bid, terms):
+        """Buffer `bid`'s element at the offset summed from (i64, stride) `terms`."""
+        return self.b.gep(self.pointers[bid], [linear(self.b, *terms)], inbounds=True,
+                          source_etype=memory_type(self.program.buffers[bid].dtype))
 
     def store(self, bid, dtype, index, value, dims=None):
         if dtype == "pred":
             value = self.b.zext(value, ir.IntType(8))
         self.b.store(value, self.address(bid, index, dims))
 
-    def load(self, node, index):
-        value = self.b.load(self.address(node.buffer, index), typ=memory_type(node.dtype))
+    def load(self, node, pointer):
+        value = self.b.load(pointer, typ=memory_type(node.dtype))
         return self.b.trunc(value, ir.IntType(1)) if node.dtype == "pred" else value
 
     # ------------------------------------------------------------ expressions
@@ -221,7 +225,8 @@ class _KernelBuilder:
         if isinstance(node, Var):
             return env["vars"][node.name]
         if isinstance(node, Load):
-            return self.load(node, [values[id(i)] for i in node.index])
+            terms = load_terms(node.index, self.program.buffers[node.buffer].dims)
+            return self.load(node, self.at(node.buffer, [(values[id(i)], s) for i, s in terms]))
         if isinstance(node, Op):
             return self.ops.emit(self.b, node.opcode, node.attr, node.dtype,
                                  [a.dtype for a in node.args], [values[id(a)] for a in node.args])

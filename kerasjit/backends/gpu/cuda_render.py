@@ -14,6 +14,7 @@ thread per element would sum a scalar loss serially.
 import math
 import re
 
+from ...kernels.indexing import load_terms
 from ...kernels.ir import (ChunkIndex, Const, ImplicitGemm, Index, Load, LoopKernel, Op, Reduce,
                            ReduceVar, ScatterKernel, Var, kernel_exprs, leaf_steps, walk)
 from . import cuda_implicit_gemm
@@ -188,7 +189,9 @@ class _KernelWriter:
         if isinstance(node, Var):
             return scope.vars[node.name]
         if isinstance(node, Load):
-            at = self.address(node.buffer, [scope.values[id(i)] for i in node.index])
+            at = " + ".join(scope.values[id(i)] if s == 1 else f"{scope.values[id(i)]} * {s}LL"
+                            for i, s in load_terms(node.index,
+                                                   self.program.buffers[node.buffer].dims)) or "0"
             loaded = f"b{node.buffer}[{at}]"
             return self.local(node.dtype, f"{loaded} != 0" if node.dtype == "pred" else loaded)
         if isinstance(node, Op):
