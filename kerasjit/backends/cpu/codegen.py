@@ -443,6 +443,25 @@ def _gemm_part(module, sgemm, threads_local, call, axis, name):
     return fn
 
 
+def _narrow_arguments(gemm, pointers):
+    """A narrow GEMM function's (C, A, B) from a GemmCall's (lhs, rhs, out)."""
+    lhs, rhs, out = pointers
+    return [out, rhs, lhs] if gemm.swapped else [out, lhs, rhs]
+
+
+def _narrow_part(module, fn, gemm, batch, name):
+    """`void name(ptr lhs, ptr rhs, ptr out, i64 chunk, i64 lo, i64 hi)`: the
+    narrow GEMM `fn` on the products [lo, hi) of the outermost `batch` level."""
+    part = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * 3 + [I64] * 3), name)
+    part.linkage = "internal"
+    b = ir.IRBuilder(part.append_basic_block("entry"))
+    *pointers, _, lo, hi = part.args
+    _for_each_batch(b, part, batch, pointers,
+                    lambda abc: b.call(fn, _narrow_arguments(gemm, abc)), (lo, hi))
+    b.ret_void()
+    return part
+
+
 def _for_each_batch(b, fn, levels, pointers, product, part=None):
     """product([A, B, C]) at each index of GemmCall batch `levels` (their
     loops at `b`; the outermost's indices only in `part`, (lo, hi), if given),
@@ -532,11 +551,18 @@ def render_program(program, name="cluster", blas_threads_local=False, lanes=8, x
         if isinstance(step, GemmCall) and (gemm := narrow_gemm.plan(step)):
             fn = function(("narrow", gemm), lambda fn_name: narrow_gemm.emit(
                 module, gemm, fn_name, lanes))
-            pointers = [_buffer_pointer(eb, table, bid) for bid in (step.lhs, step.rhs, step.out)]
-            a, b = (1, 0) if gemm.swapped else (0, 1)
-            _for_each_batch(eb, entry, step.batch, pointers,
-                            lambda lhs_rhs_out: eb.call(fn, [lhs_rhs_out[i] for i in (2, a, b)]))
-            kernels.append([fn.name])
+            parts = may_split_here and parallel.gemm_parts(step)
+            if parts and parts[0] == "batch":        # (whole products to each thread)
+                part = function(("narrow", gemm, step.batch), lambda fn_name: _narrow_part(
+                    module, fn, gemm, step.batch, fn_name))
+                call(part, (step.lhs, step.rhs, step.out), chunk, True, parts[1], [])
+                kernels[-1][1:1] = [fn.name]
+            else:
+                pointers = [_buffer_pointer(eb, table, bid)
+                            for bid in (step.lhs, step.rhs, step.out)]
+                _for_each_batch(eb, entry, step.batch, pointers,
+                                lambda abc: eb.call(fn, _narrow_arguments(gemm, abc)))
+                kernels.append([fn.name])
         elif isinstance(step, GemmCall) and may_split_here and threads_local is not None \
                 and (parts := parallel.gemm_parts(step)):
             fn = function(("gemm", *parallel.gemm_geometry(step)), lambda fn_name: _gemm_part(

@@ -62,16 +62,20 @@ def cores_free(steps, blas_threads_local):
 
 
 def gemm_parts(call):
-    """How sgemm call `call` splits across threads: (axis, extent), the axis
+    """How GemmCall `call` splits across threads: (axis, extent), the axis
     "batch" (its outermost batch level), "rows" or "columns" of C; None to
-    keep it whole: below SINGLE_THREAD_MNK multiply-adds a thread costs more
-    than it saves. Each part reads all of the operand the axis does not cut,
-    so a product splits along C's longer side (an MLP layer's 64 rows x 256
+    keep it whole. Whole products go to each thread from MIN_WORK
+    multiply-adds on (attention's 256 products of 40x40x16 each); one
+    product splits from SINGLE_THREAD_MNK: below, a thread costs more than it
+    saves, as each part reads all of the operand the axis does not cut. So a
+    product splits along C's longer side (an MLP layer's 64 rows x 256
     columns by columns: each part packs half of B, not all of it)."""
-    if call.m * call.n * call.k * call.count < SINGLE_THREAD_MNK:
+    work = call.m * call.n * call.k * call.count
+    if call.batch and call.batch[0][0] >= 2:
+        return ("batch", call.batch[0][0]) if work >= MIN_WORK else None
+    if work < SINGLE_THREAD_MNK:
         return None
-    axis, extent = ("batch", call.batch[0][0]) if call.batch else \
-        ("rows", call.m) if call.m >= call.n else ("columns", call.n)
+    axis, extent = ("rows", call.m) if call.m >= call.n else ("columns", call.n)
     return (axis, extent) if extent >= 2 else None
 
 

@@ -189,6 +189,30 @@ def test_large_matmuls_split_over_our_threads(name, threads, sgemm_backend):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4)
 
 
+ATTENTION_PRODUCTS = {
+    # Many small products (attention's, per batch and head): whole products to each
+    # thread from parallel.MIN_WORK multiply-adds on, though each is far below
+    # blas.SINGLE_THREAD_MNK; as generated narrow kernels and as sgemm calls.
+    "narrow": (lambda p, v: tf.matmul(p, v), (rand(47, 40, 40), rand(47, 40, 16))),
+    "sgemm": (lambda q, k: tf.matmul(q, k, transpose_b=True), (rand(47, 40, 24),
+                                                               rand(47, 40, 24))),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2, 7])
+@pytest.mark.parametrize("name", ATTENTION_PRODUCTS)
+def test_many_small_products_split_by_product_and_identical(name, threads, backend):
+    fn, args = ATTENTION_PRODUCTS[name]
+    module = bridge(fn, *args)
+    executable = backend.compile(module)
+    assert len(split_kernels(executable)) == 1
+    parallel.set_threads(threads)
+    got = executable(list(args))
+    parallel.set_threads(1)                 # (each product whole on one thread: identical)
+    assert np.array_equal(got[0], executable(list(args))[0])
+    np.testing.assert_allclose(got[0], expected(module, list(args))[0], rtol=1e-5, atol=1e-4)
+
+
 def test_a_chunked_accumulating_product_splits_each_chunk(backend):
     # A convolution as patch matrices in chunks, each chunk's product adding into
     # the output (beta = 1 after the first): every thread's rows accumulate alike.
