@@ -10,11 +10,17 @@ loop over K streams the operands, in one of two forms:
 - "columns": A stored transposed (contiguous along M). Vectors run along a
   column of C; each B element is broadcast to it.
 
+- "packed": A @ B^T with B's rows along K (attention's queries times keys):
+  B^T copied to the stack as [K, N] first, then the "rows" form on it, for
+  an N of PACKED_N or less (a few vectors) and a copy of PACKED_BYTES or
+  less. sgemm spent ~4x as long on each of attention's 40x40x16 products.
+
 A product narrow in M is computed as C^T = B^T A^T; a strided column of C is
-stored with one masked scatter. A @ B^T, products from blas.SINGLE_THREAD_MNK
-up and chunked GEMMs (convolutions) stay with sgemm
+stored with one masked scatter. Other A @ B^T, products from
+blas.SINGLE_THREAD_MNK up and chunked GEMMs (convolutions) stay with sgemm
 (reports/tuning-measurements.md).
 """
+import dataclasses
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -24,7 +30,9 @@ from .llvm_types import I64, PTR, counted_loop
 from .vector_code import VectorCode, blocks
 
 NARROW = 16         # the widest N (or M) these kernels take
-_FORM_ORDER = ("columns", "rows")   # "rows" idles the lanes past N
+PACKED_N = 64       # the widest N of the "packed" form
+PACKED_BYTES = 16 << 10     # its copy of B^T on the stack
+_FORM_ORDER = ("columns", "rows", "packed")   # "rows" idles the lanes past N
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,10 @@ def plan(call):
                                   call.n, call.m, call.k, not call.rhs_transposed,
                                   not call.lhs_transposed, (1, call.n), True, ldb, lda))
     options = [g for g in options if g.form]
+    if not options and not call.lhs_transposed and call.rhs_transposed \
+            and call.n <= PACKED_N and 4 * call.k * call.n <= PACKED_BYTES:
+        options.append(NarrowGemm("packed", call.m, call.n, call.k, False, True,
+                                  (call.n, 1), False, lda, ldb))
     return min(options, key=lambda g: _FORM_ORDER.index(g.form)) if options else None
 
 
@@ -126,6 +138,21 @@ class _Emitter(VectorCode):
                         (i0, g.c_strides[0]), r * g.c_strides[0] + j0 * g.c_strides[1]),
                         g.c_strides[1], vector, width)
         self.row_loop(g.m, rows, block)
+
+    def _packed(self):
+        g, b = self.g, self.b
+        with b.goto_block(self.alloca_block):
+            b.position_at_start(self.alloca_block)
+            packed = b.alloca(ir.FloatType(), size=ir.Constant(I64, g.k * g.n))
+
+        def copy_row(j):         # B's row j (along K) to column j of the copy
+            counted_loop(b, self.fn, g.k, lambda k: b.store(
+                self.load_scalar(self.b_ptr, self._offset((j, g.b_ld), k)),
+                self._at(packed, self._offset((k, g.n), j))))
+        counted_loop(b, self.fn, g.n, copy_row)
+        self.b_ptr = packed
+        self.g = dataclasses.replace(g, b_transposed=False, b_ld=g.n)
+        self._rows()
 
     def _columns(self):
         g, lanes = self.g, self.lanes

@@ -21,6 +21,9 @@ LAYOUTS = list(itertools.product([False, True], repeat=2))   # (lhs, rhs) transp
 # and a tail, 24 x 13 splits N over blocks of 12 columns at 8 lanes.
 SHAPES = [(1, 1, 1), (5, 3, 7), (33, 16, 17), (17, 1, 40), (385, 1, 7), (257, 2, 7),
           (100, 10, 70), (24, 13, 5), (49, 15, 9), (3, 200, 35), (16, 33, 17), (9, 16, 5)]
+# Wider N, B's rows along K: A @ B^T as the "packed" form (B^T copied to the stack), for
+# an N up to 64 (65: sgemm).
+PACKED_SHAPES = [(40, 40, 16), (17, 64, 9), (50, 33, 64), (70, 65, 3), (23, 17, 1)]
 
 
 def dot_module(m, n, k, lhs_transposed, rhs_transposed):
@@ -58,6 +61,14 @@ def test_narrow_products_match_evaluator(shape, layout, monkeypatch):
     check_product(*shape, *layout, seed=sum(shape))
 
 
+@pytest.mark.parametrize("lanes", [16, 8])
+@pytest.mark.parametrize("lhs_transposed", [False, True])
+@pytest.mark.parametrize("shape", PACKED_SHAPES)
+def test_wider_products_with_transposed_rhs(shape, lhs_transposed, lanes, monkeypatch):
+    monkeypatch.setattr(engine, "vector_lanes", lambda: lanes)
+    check_product(*shape, lhs_transposed, True, seed=sum(shape))
+
+
 @pytest.mark.parametrize("lanes", [8, 4])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_narrower_vector_units(lanes, layout, monkeypatch):
@@ -65,6 +76,26 @@ def test_narrower_vector_units(lanes, layout, monkeypatch):
     monkeypatch.setattr(engine, "vector_lanes", lambda: lanes)
     for m, n, k in [(37, 10, 29), (10, 37, 29), (9, 16, 5), (24, 13, 5), (100, 15, 3)]:
         check_product(m, n, k, *layout)
+
+
+def test_attention_scores_are_packed_products_read_in_place():
+    """Queries times keys per batch and head, [b, t, h, d] both: each product
+    reads its rows h * d apart, the keys' copied to the stack transposed."""
+    module = parse_module("""HloModule scores
+ENTRY %e (q: f32[3,20,2,16], k: f32[3,24,2,16]) -> f32[3,2,20,24] {
+  %q = f32[3,20,2,16] parameter(0)
+  %k = f32[3,24,2,16] parameter(1)
+  ROOT %d = f32[3,2,20,24] dot(f32[3,20,2,16] %q, f32[3,24,2,16] %k), lhs_batch_dims={0,2}, rhs_batch_dims={0,2}, lhs_contracting_dims={3}, rhs_contracting_dims={3}
+}
+""")
+    dot = module.entry.root
+    gemm = narrow_gemm.plan(gemm_call(*(x.shape.dims for x in dot.operands), dot.attrs, 0))
+    assert gemm.form == "packed" and (gemm.a_ld, gemm.b_ld) == (32, 32)
+    rng = np.random.default_rng(2)
+    args = [rng.standard_normal((3, 20, 2, 16)).astype(np.float32),
+            rng.standard_normal((3, 24, 2, 16)).astype(np.float32)]
+    np.testing.assert_allclose(CpuBackend().compile(module)(args)[0], evaluate(module, args),
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_a_gram_matrix_reads_one_buffer_as_both_operands():
