@@ -33,6 +33,7 @@ DYNAMIC_SHAPE_OPS = {"Where": "output shape depends on the values (1-argument tf
                      "ListDiff": "output shape depends on the values",
                      "Bincount": "output shape depends on the values"}
 PYTHON_OPS = {"EagerPyFunc", "PyFunc", "PyFuncStateless"}
+BRANCH_OPS = {"If", "StatelessIf", "Case", "StatelessCase"}
 # Stateful generators: TensorFlow keeps their stream; XLA's `rng` would not.
 STATEFUL_RANDOM_OPS = {"RandomUniform", "RandomUniformInt", "RandomStandardNormal",
                        "TruncatedNormal", "RandomShuffle", "Multinomial", "RandomGamma",
@@ -70,6 +71,8 @@ def static_reason(node):
         return "stateful random op: its stream is TensorFlow's own"
     if node.op in DYNAMIC_SHAPE_OPS:
         return DYNAMIC_SHAPE_OPS[node.op]
+    if node.op in BRANCH_OPS:       # (the others were if-converted: functional.py)
+        return "a branch whose results have no static shape"
     types = [a.type for a in node.attr.values()] + [t for a in node.attr.values()
                                                    for t in a.list.type]
     if tf.string.as_datatype_enum in types:

@@ -13,7 +13,9 @@ accumulation, loss scaling) are if-converted: every branch is inlined with
 its own view of the variables, and each result and each variable a branch
 changes is selected by the condition. The bridge then sees plain ops; the
 price is that every branch runs, which for the branches of a training step
-(an optimizer's update or not) costs little.
+(an optimizer's update or not) costs little. A branch that takes no variable
+and makes values of no static shape (RMSprop's sparse update) stays an op
+that TensorFlow runs: no select can pick between values of two shapes.
 """
 from dataclasses import dataclass, field
 
@@ -38,7 +40,7 @@ _SCATTER_OPS = {f"ResourceScatter{kind}": f"TensorScatter{kind}"
 _INERT_RESOURCE_OPS = {"VarIsInitializedOp", "NoOp"}
 _CALLS = {"PartitionedCall", "StatefulPartitionedCall"}
 _IFS = {"If", "StatelessIf"}
-_CASES = {"Case", "StatelessCase"}
+_CASES = {"Case", "StatelessCase"}     # (bridge.BRANCH_OPS: both)
 
 
 @dataclass
@@ -154,10 +156,10 @@ class _Walker:
             self._results(n, self.inline(n.attr["f"].func.name, n.input,
                                          f"{n.name}/kerasjit_inlined/"))
             return
-        if n.op in _IFS or n.op in _CASES:
+        handles = [h for h in map(self.root, n.input) if h]
+        if (n.op in _IFS or n.op in _CASES) and (handles or self._shaped_alike(n)):
             self._if_convert(n)
             return
-        handles = [h for h in map(self.root, n.input) if h]
         if n.op in LOOPS and handles:      # a recurrent layer's time loop
             n, handles = self._loop(n), []
         if handles:
@@ -308,6 +310,14 @@ class _Walker:
             else:
                 self.renamed[tensor_name(f"{n.name}:{i}")] = tensor_name(self.resolve(t))
         self.removed.add(n.name)
+
+    def _shaped_alike(self, n):
+        """Whether every result of branch node `n` has one static shape, as a
+        select between its branches' values needs. One that does not (a sparse
+        gradient's union of indices, as long as it comes out) stays a branch
+        TensorFlow runs, where it takes no variable."""
+        specs = [self.specs.get(f"{n.name}:{i}") for i in range(len(n.attr["Tout"].list.type))]
+        return all(spec is not None and spec.shape.is_fully_defined() for spec in specs)
 
     def _if_convert(self, n):
         """Every branch of If or Case `n` inlined on the variables as they are;

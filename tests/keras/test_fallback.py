@@ -9,6 +9,7 @@ import tensorflow as tf
 
 import kerasjit
 from kerasjit import workloads
+from kerasjit.frontend import functional
 from kerasjit.step import CompiledStep
 
 from tests.fuzz.fuzz_keras import compare
@@ -157,24 +158,45 @@ def test_a_step_that_cannot_be_made_dataflow_runs_whole_in_tensorflow_with_a_war
     assert cluster.kind == "tensorflow" and "ResourceScatterNdAdd" in cluster.reason
 
 
-def test_a_step_tensorflow_cannot_build_as_rewritten_runs_as_traced_with_a_warning():
-    """RMSprop's sparse update branches on a cond whose branches make slices of
-    different lengths: made one select by kerasjit, which TensorFlow refuses
-    at the first call. Nothing has changed yet: TensorFlow runs the step."""
+def _fit_embedding_model(optimizer, wrapped):
     x, y = workloads.token_data(48, 12, 300)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((12,), dtype="int32"), keras.layers.Embedding(300, 8),
+                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+    model.compile(optimizer=optimizer, loss="mse")
+    if wrapped:
+        model = kerasjit.wrap(model, race=False, background=False)
+    return model, model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0), x, y
 
-    def fit(wrapped):
-        keras.utils.set_random_seed(0)
-        model = keras.Sequential([keras.Input((12,), dtype="int32"),
-                                  keras.layers.Embedding(300, 8),
-                                  keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
-        model.compile(optimizer="rmsprop", loss="mse")
-        if wrapped:
-            model = kerasjit.wrap(model, race=False, background=False)
-        return model, model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
-    plain, plain_history = fit(False)
+
+@pytest.mark.parametrize("optimizer", ["rmsprop", "adafactor"])
+def test_a_sparse_update_branching_on_shapes_leaves_only_its_branch_to_tensorflow(optimizer):
+    """RMSprop's and Adafactor's updates of an Embedding's sparse gradient
+    branch on a cond whose results have no static shape: no select can pick
+    between them, so that branch runs in TensorFlow and the rest compiles."""
+    plain, plain_history, _, _ = _fit_embedding_model(optimizer, False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")      # no fallback of the whole step
+        wrapped, history, x, y = _fit_embedding_model(optimizer, True)
+    np.testing.assert_allclose(history.history["loss"], plain_history.history["loss"],
+                               rtol=1e-6)
+    for a, b in zip(wrapped.get_weights(), plain.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    clusters = kerasjit.explain(wrapped, x[:16], y[:16]).clusters
+    assert [c.kind for c in clusters].count("tensorflow") == 1
+    assert all("no static shape" in c.reason for c in clusters if c.kind == "tensorflow")
+    assert sum(c.kind == "compiled" for c in clusters) >= 1
+
+
+def test_a_step_tensorflow_cannot_build_as_rewritten_runs_as_traced_with_a_warning(monkeypatch):
+    """A program whose first call TensorFlow refuses to build (here: RMSprop's
+    sparse branch if-converted regardless of its shapes, a select between
+    slices of different lengths) falls back before any variable changed:
+    TensorFlow runs the step."""
+    monkeypatch.setattr(functional._Walker, "_shaped_alike", lambda self, n: True)
+    plain, plain_history, _, _ = _fit_embedding_model("rmsprop", False)
     with pytest.warns(RuntimeWarning, match="TensorFlow runs the step: its first call failed"):
-        wrapped, history = fit(True)
+        wrapped, history, _, _ = _fit_embedding_model("rmsprop", True)
     assert history.history["loss"] == plain_history.history["loss"]
     for a, b in zip(wrapped.get_weights(), plain.get_weights()):
         np.testing.assert_array_equal(a, b)
