@@ -307,7 +307,11 @@ class CompiledStep:
         self.row_wise_proofs = {}
         # Undecided signatures -> (programs, compiles) counted when last looked.
         self.row_wise_unmatched = {}
-        self.seen_once, self.warned_cap = set(), False
+        # Signatures compiled when next run, whatever time they spent in TensorFlow
+        # (explain(), a recurring batch size many times the compiled one).
+        self.compile_asked, self.warned_cap = set(), False
+        # Seconds TensorFlow spent running each signature not compiled.
+        self.tensorflow_seconds = {}
 
     def _traced(self, structure, flat, open_batch=False):
         """The step as TensorFlow traces it for these arguments (with
@@ -383,11 +387,13 @@ class CompiledStep:
                      "input signatures; new ones run in TensorFlow (raise max_shapes "
                      "to compile more)")
             return self._any_batch_size(key, flat, args)
-        if self.background and self.programs and key not in self.seen_once:
-            # A signature new to a step that has one already: TensorFlow runs it until
-            # it comes again (a partial last batch, a one-off predict_on_batch size
-            # would not repay a compile beside the training).
-            self.seen_once.add(key)
+        if self.background and self.programs and key not in self.compile_asked and (
+                self.compiling or self.tensorflow_seconds.get(key, 0.0) < self._compile_cost()):
+            # A signature new to a step that has one already (a partial last batch,
+            # a one-off predict_on_batch size): TensorFlow runs it until the time it
+            # spent there reaches what the step's compile took. Sooner, a compile
+            # beside the training would not repay itself: ResNet50's partial batch,
+            # once an epoch, would take hundreds of epochs.
             return self._any_batch_size(key, flat, args)
         shapes = [a.shape for a in flat if a is not None]
         what = f"{self.name}: {'tracing' if self.background else 'tracing and compiling'} " \
@@ -446,8 +452,16 @@ class CompiledStep:
                  "faster here (timed on an earlier run of this code)")
             self.programs[key] = tf_run
 
+    def _compile_cost(self):
+        """Seconds the longest trace-and-compile of this step took."""
+        return max((e.seconds for e in self.events if e.what.startswith(f"{self.name}:")),
+                   default=0.0)
+
     def _timed(self, key, run, seconds):
-        """A step's time, where the two tiers of its signature are compared."""
+        """A step's time: counted where TensorFlow runs a signature not compiled,
+        compared where the two tiers of its signature are timed."""
+        if run is self.open_programs.get(self._open_key(key)):
+            self.tensorflow_seconds[key] = self.tensorflow_seconds.get(key, 0.0) + seconds
         if key in self.verdicts:
             kept = self.verdicts[key].timed(run, seconds)
             if kept is not None:
@@ -485,7 +499,7 @@ class CompiledStep:
                     or len(self.programs) >= self.max_shapes:
                 return served
             # (a batch size that recurs, many times the compiled one: compiled now)
-            self.seen_once.add(key)
+            self.compile_asked.add(key)
             self.row_wise[key] = None
             return None
         for job_key in list(self.compiling):        # (a compile that finished meanwhile)
@@ -542,7 +556,7 @@ class CompiledStep:
         """The Program these arguments run (traced and compiled if new, waited for
         if compiling in the background)."""
         key, flat = self._key(args)
-        self.seen_once.add(key)     # (compiled now, not left to TensorFlow as a one-off)
+        self.compile_asked.add(key)     # (compiled now, not left to TensorFlow as a one-off)
         run = self._program(key, flat, args)
         self.wait()
         return self.programs[key].program if key in self.programs else run.program

@@ -195,16 +195,23 @@ def test_train_and_test_on_batch_after_fit_and_evaluate_reuse_their_compiled_ste
     assert [e.background for e in model._kerasjit.compile_events] == [False, False]
 
 
-def test_a_signature_after_the_first_compiles_only_when_it_comes_again():
+def test_a_signature_after_the_first_compiles_once_its_time_in_tensorflow_repays_it():
+    """The partial last batch of each epoch runs in TensorFlow until the time
+    it spent there reaches what the step's compile took; then it compiles."""
     x, y = _data(80)                    # batches of 32, 32 and a partial one of 16
     plain = _model()
-    plain.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+    plain.fit(x, y, batch_size=32, epochs=4, shuffle=False, verbose=0)
     model = kerasjit.wrap(_model(), background=True)
     step = model._kerasjit.train
     model.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0)
+    step.wait()
+    model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
     assert len(step.programs) == 1 and len(step.open_programs) == 1
+    (partial,) = step.tensorflow_seconds
+    assert 0 < step.tensorflow_seconds[partial] < step._compile_cost()
+    step.tensorflow_seconds[partial] = step._compile_cost()     # (as after many epochs)
     model.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0)
-    assert len(step.programs) == 2          # the partial batch, seen twice: compiling
+    assert len(step.programs) == 2          # the partial batch: compiling
     step.wait()
     for ours, theirs in zip(model.get_weights(), plain.get_weights()):
         np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=2e-5)
