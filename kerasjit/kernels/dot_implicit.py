@@ -6,10 +6,12 @@ On the CPU that code ran the mid-size products of Dense layers and
 attention's projections 2-2.5x as fast as OpenBLAS's sgemm (2560x64x64: 62
 vs 153 us; reports/tuning-measurements.md), and a Dense layer's product takes
 its bias and activation as the GEMM's epilogue (epilogues.py): one pass over
-the output where there were three. Taken where B's rows hold the output
-features contiguously (the rhs's free dims innermost, in order), for an
-unbatched dot; narrow products (a side of NARROW or less) stay GEMM calls,
-which the CPU's narrow GEMM kernels run as fast or faster.
+the output where there were three. B's rows must hold the output features
+contiguously (the rhs's free dims innermost, in order); where they do not (a
+Dense layer's input gradient, dY W^T), B is first copied so, which costs
+one element moved per row's worth of multiply-adds. For an unbatched dot;
+narrow products (a side of NARROW or less) stay GEMM calls, which the CPU's
+narrow GEMM kernels run as fast or faster.
 """
 import math
 
@@ -29,20 +31,34 @@ def dot_as_implicit_gemm(lw, inst, role):
     lhs_k, rhs_k = tuple(a["lhs_contracting_dims"]), tuple(a["rhs_contracting_dims"])
     lhs_free = [d for d in range(lhs.shape.rank) if d not in lhs_k]
     rhs_free = [d for d in range(rhs.shape.rank) if d not in rhs_k]
-    if not rhs_free or rhs_free != list(range(rhs.shape.rank - len(rhs_free), rhs.shape.rank)):
-        return False            # (B's features would not be contiguous)
-    s_a, s_b = row_major_strides(lhs.shape.dims), row_major_strides(rhs.shape.dims)
-    s_c = row_major_strides(inst.shape.dims)        # [lhs free..., rhs free...]
-    rows = merged_levels(sorted(((lhs.shape.dims[d], s_a[d], s_c[i])
+    if not rhs_free:
+        return False
+    s_a, s_c = row_major_strides(lhs.shape.dims), row_major_strides(inst.shape.dims)
+    rows = merged_levels(sorted(((lhs.shape.dims[d], s_a[d], s_c[i])     # C: [lhs free...,
                                  for i, d in enumerate(lhs_free)), key=lambda lv: -lv[2])) \
-        or [(1, 0, 0)]
-    depth = merged_levels(sorted(((lhs.shape.dims[dl], s_a[dl], s_b[dr])
-                                  for dl, dr in zip(lhs_k, rhs_k)), key=lambda lv: -lv[2])) \
-        or [(1, 0, 0)]
+        or [(1, 0, 0)]                                                   # rhs free...]
     n = math.prod(rhs.shape.dims[d] for d in rhs_free)
     if min(n, math.prod(e for e, _, _ in rows)) <= NARROW:
         return False
+    if rhs_free == list(range(rhs.shape.rank - len(rhs_free), rhs.shape.rank)):
+        b, s_b = lw.in_place(rhs), row_major_strides(rhs.shape.dims)
+    else:                       # B copied with its features innermost
+        b, s_b, rhs_k = _features_innermost(lw, rhs, rhs_k, rhs_free)
+    depth = merged_levels(sorted(((lhs.shape.dims[dl], s_a[dl], s_b[dr])
+                                  for dl, dr in zip(lhs_k, rhs_k)), key=lambda lv: -lv[2])) \
+        or [(1, 0, 0)]
     lw.steps.append(ImplicitGemm(f"igemm_{inst.name}", lw.buffer_for(inst, role),
-                                 lw.in_place(lhs), lw.in_place(rhs), n, tuple(rows[:-1]),
-                                 rows[-1], tuple(depth)))
+                                 lw.in_place(lhs), b, n, tuple(rows[:-1]), rows[-1],
+                                 tuple(depth)))
     return True
+
+
+def _features_innermost(lw, rhs, rhs_k, rhs_free):
+    """A copy of `rhs` laid out [contracting dims..., free dims...]: its buffer,
+    strides, and the contracting dims' positions in it."""
+    order = list(rhs_k) + rhs_free
+    dims = tuple(rhs.shape.dims[d] for d in order)
+    position = {d: p for p, d in enumerate(order)}
+    copy = lw.own_kernel(rhs, "features_innermost", rhs.shape.dtype, dims, lambda index: (
+        lw.value_at(rhs, tuple(index[position[d]] for d in range(rhs.shape.rank)))))
+    return copy, row_major_strides(dims), tuple(range(len(rhs_k)))

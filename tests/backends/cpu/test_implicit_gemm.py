@@ -195,6 +195,12 @@ DOTS = {
     # two contracting dims (an output projection over heads and width)
     "two_contractions": (lambda x, w: tf.einsum("bthd,hdc->btc", x, w),
                          (rand(2, 19, 4, 8), rand(4, 8, 40))),
+    # a Dense layer's input gradient, dY W^T: W copied with its features innermost
+    "transposed_rhs": (lambda g, w: tf.matmul(g, w, transpose_b=True),
+                       (rand(64, 50), rand(96, 50))),
+    # ... over heads: the copy's contracting dims in the dot's order
+    "transposed_rhs_heads": (lambda g, w: tf.einsum("btd,chd->bthc", g, w),
+                             (rand(2, 19, 24), rand(20, 3, 24))),
 }
 
 
@@ -208,8 +214,20 @@ def test_dots_as_implicit_gemms_match_evaluator(name):
     check_compiled(fn, args)
 
 
+def test_a_transposed_rhs_is_copied_once_for_all_its_products():
+    """W^T read by two products (two Dense layers' input gradients off one
+    weight): one copy with its features innermost serves both."""
+    fn, args = (lambda a, b, w: (tf.matmul(a, w, transpose_b=True),
+                                 tf.matmul(b, w, transpose_b=True)),
+                (rand(64, 50), rand(40, 50), rand(96, 50)))
+    module = bridge(fn, *args)
+    optimize_as_configured(module)
+    kinds = [type(s).__name__ for s in leaf_steps(lower(module, CPU).steps)]
+    assert kinds == ["LoopKernel", "ImplicitGemm", "ImplicitGemm"]
+    check_compiled(fn, args)
+
+
 @pytest.mark.parametrize("fn, args", [
-    (lambda x, w: tf.matmul(x, w, transpose_b=True), (rand(64, 50), rand(96, 50))),   # B^T
     (lambda x, w: tf.matmul(x, w), (rand(64, 50), rand(50, 10))),     # narrow: 10 features
     (lambda a, b: tf.matmul(a, b), (rand(6, 40, 30), rand(6, 30, 50)))])   # batched
 def test_dots_it_does_not_take_stay_gemm_calls(fn, args):
