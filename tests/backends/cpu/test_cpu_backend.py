@@ -254,6 +254,24 @@ def test_f32_tanh_is_within_two_ulps_and_keeps_its_edges():
     np.testing.assert_array_equal(got[-1:], tf.tanh(edges[-1:]).numpy())   # a denormal: 0
 
 
+def test_f32_erf_is_within_three_ulps_and_keeps_its_edges():
+    """f32 erf (gelu's), like exp, is generated arithmetic: a polynomial below
+    0.875 and exp-based above, one selected without branching."""
+    import math
+    import kerasjit
+    erf = kerasjit.jit(lambda a: tf.math.erf(a), race=False)
+    for lo, hi in ((-1, 1), (-6, 6)):
+        x = np.random.default_rng(4).uniform(lo, hi, 1 << 16).astype(np.float32)
+        exact = np.array([math.erf(v) for v in x.astype(np.float64)])
+        ulps = np.abs(erf(x) - exact) / np.spacing(np.abs(exact).astype(np.float32))
+        assert ulps.max() <= 3.0
+    edges = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 10, -10, 1e-20], np.float32)
+    got = erf(edges)
+    np.testing.assert_array_equal(got[:-1], [1, -1, np.nan, 0, 0, 1, -1])
+    assert np.signbit(got[4])                        # erf(-0) = -0
+    np.testing.assert_allclose(got[-1], 2 / np.sqrt(np.pi) * 1e-20, rtol=1e-6)
+
+
 def test_f32_log_is_within_an_ulp_and_keeps_its_edges():
     """f32 log, like exp, is generated arithmetic; a denormal operand gets its
     true log (as in TensorFlow) despite the flushed-denormal mode."""
