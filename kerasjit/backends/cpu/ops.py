@@ -139,6 +139,30 @@ class OpEmitter:
         result = self.intrinsic(b, "llvm.copysign", chosen, x)
         return b.select(b.fcmp_unordered("uno", x, x), x, result)
 
+    def log1p_f32(self, b, x):
+        """log(1 + x) as vectorisable arithmetic (a libm call per element was
+        ~18 ns; softplus is one): u = 1 + x rounded, then log(u) x / (u - 1),
+        whose quotient undoes u's rounding (Goldberg), or x where u is 1.
+        Within 3 ulp; +inf and NaN themselves, -1 gives -inf."""
+        c = _f32
+        u = b.fadd(c(1.0), x)
+        y = b.fmul(self.log_f32(b, u), b.fdiv(x, b.fsub(u, c(1.0))))
+        y = b.select(b.fcmp_ordered("==", u, c(float("inf"))), u, y)
+        return b.select(b.fcmp_ordered("==", u, c(1.0)), x, y)
+
+    def expm1_f32(self, b, x):
+        """e^x - 1 as vectorisable arithmetic (see log1p): u = e^x, then
+        (u - 1) x / log(u), the quotient undoing u's rounding (Kahan), or x
+        where u is 1, -1 where u - 1 is. Within 3 ulp; +inf and NaN
+        themselves, -inf gives -1."""
+        c = _f32
+        u = self.exp(b, x)
+        less = b.fsub(u, c(1.0))
+        y = b.fdiv(b.fmul(less, x), self.log_f32(b, u))
+        y = b.select(b.fcmp_ordered("==", less, c(-1.0)), less, y)
+        y = b.select(b.fcmp_ordered("==", u, c(float("inf"))), u, y)
+        return b.select(b.fcmp_ordered("==", u, c(1.0)), x, y)
+
     def log_f32(self, b, x):
         """log as vectorisable arithmetic (see exp): Cephes' logf. x = m 2^e
         from the bits, m in [sqrt(1/2), sqrt(2)), log(1 + (m - 1)) by a
@@ -388,8 +412,8 @@ RULES = {
     "tanh": Rule(float=_f32_code(OpEmitter.tanh_f32, _libm("tanh"))),
     "logistic": Rule(float=lambda s, x: s.b.fdiv(
         s.one(x), s.b.fadd(s.one(x), s.em.exp(s.b, s.b.fneg(x))))),
-    "exponential-minus-one": Rule(float=_libm("expm1")),
-    "log-plus-one": Rule(float=_libm("log1p")),
+    "exponential-minus-one": Rule(float=_f32_code(OpEmitter.expm1_f32, _libm("expm1"))),
+    "log-plus-one": Rule(float=_f32_code(OpEmitter.log1p_f32, _libm("log1p"))),
     "sqrt": Rule(float=_intrinsic("llvm.sqrt")),
     "rsqrt": Rule(float=lambda s, x: s.b.fdiv(s.one(x), s.intrinsic("llvm.sqrt", x))),
     "cbrt": Rule(float=_libm("cbrt")),

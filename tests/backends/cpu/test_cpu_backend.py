@@ -272,6 +272,30 @@ def test_f32_erf_is_within_three_ulps_and_keeps_its_edges():
     np.testing.assert_allclose(got[-1], 2 / np.sqrt(np.pi) * 1e-20, rtol=1e-6)
 
 
+@pytest.mark.parametrize("name, tf_fn, exact_fn, edges, expected", [
+    ("log1p", tf.math.log1p, np.log1p, [np.inf, -1, -2, np.nan, 0.0, -0.0],
+     [np.inf, -np.inf, np.nan, np.nan, 0, 0]),
+    ("expm1", tf.math.expm1, np.expm1, [np.inf, -np.inf, np.nan, 0.0, -0.0, 100, -100],
+     [np.inf, -1, np.nan, 0, 0, np.inf, -1])])
+def test_f32_log1p_and_expm1_are_within_three_ulps_and_keep_their_edges(name, tf_fn, exact_fn,
+                                                                       edges, expected):
+    """Generated arithmetic on exp and log (softplus's log1p), the rounding of
+    1 + x or e^x undone by a quotient."""
+    import kerasjit
+    fn = kerasjit.jit(lambda a: tf_fn(a), race=False)
+    rng = np.random.default_rng(5)
+    for x in (rng.uniform(-1e-3, 1e-3, 1 << 14), rng.uniform(-0.9, 3, 1 << 14),
+              rng.uniform(-30, 80, 1 << 14) if name == "expm1" else
+              np.exp(rng.uniform(-20, 80, 1 << 14))):
+        x = x.astype(np.float32)
+        exact = exact_fn(x.astype(np.float64))
+        ulps = np.abs(fn(x) - exact) / np.spacing(np.abs(exact).astype(np.float32))
+        assert ulps.max() <= 3.0, (name, ulps.max(), x[ulps.argmax()])
+    got = fn(np.array(edges, np.float32))
+    np.testing.assert_array_equal(got, np.array(expected, np.float32))
+    assert np.signbit(got[len(edges) - 1 if name == "log1p" else 4])     # -0 stays -0
+
+
 def test_f32_log_is_within_an_ulp_and_keeps_its_edges():
     """f32 log, like exp, is generated arithmetic; a denormal operand gets its
     true log (as in TensorFlow) despite the flushed-denormal mode."""
