@@ -453,9 +453,10 @@ class CompiledStep:
             self.programs[key] = tf_run
 
     def _compile_cost(self):
-        """Seconds the longest trace-and-compile of this step took."""
-        return max((e.seconds for e in self.events if e.what.startswith(f"{self.name}:")),
-                   default=0.0)
+        """Seconds the longest trace-and-compile of this step took (the events
+        hold CompileEvents and a cluster's own compiles, (start, seconds, what))."""
+        return max((seconds for _, seconds, what, *_ in self.events
+                    if what.startswith(f"{self.name}:")), default=0.0)
 
     def _timed(self, key, run, seconds):
         """A step's time: counted where TensorFlow runs a signature not compiled,

@@ -217,6 +217,15 @@ def test_a_signature_after_the_first_compiles_once_its_time_in_tensorflow_repays
         np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=2e-5)
 
 
+def test_the_compile_cost_reads_a_clusters_own_compiles_among_the_events():
+    """A cluster compiling for new shapes at run time records (start, seconds,
+    what) in the same list as the step's CompileEvents."""
+    step = kerasjit.jit(lambda x: x + 1.0)
+    step.events += [step_module.CompileEvent(0.0, 2.0, f"{step.name}: tracing and compiling"),
+                    (0.0, 5.0, "cluster 'add': new input shapes [(3,)]")]
+    assert step._compile_cost() == 2.0
+
+
 def test_one_off_predict_batch_sizes_share_one_trace_and_no_compile():
     x, _ = _data(64)
     plain = _model()
