@@ -88,6 +88,17 @@ def _same_as_fit(batch):
     return batch
 
 
+def _same_as_predict(model, batch):
+    """x for the (x,) that predict_on_batch passes where predict passes x:
+    Keras's own predict_step reads both alike (a 1-tuple of anything but a
+    tuple or list unpacks to its element), and one traced step then serves
+    both. A predict_step of the model's own may tell them apart: left as is."""
+    if type(batch) is tuple and len(batch) == 1 and not isinstance(batch[0], (tuple, list)) \
+            and type(model).predict_step is keras.Model.predict_step:
+        return batch[0]
+    return batch
+
+
 def _steps(model, state, step):
     """A Keras train/test function: up to steps_per_execution steps per call,
     run together (one native call where the step compiles to one cluster)."""
@@ -239,7 +250,8 @@ def wrap(model, backend="auto", max_shapes=8, race=True, background=None):
     def make_predict_function(force=False):
         if model.predict_function is None or force:
             def predict_function(batches):
-                outputs = state.predict.run_many([state.arguments(b) for b in batches],
+                outputs = state.predict.run_many([state.arguments(_same_as_predict(model, b))
+                                                  for b in batches],
                                                  keep_all=True)
                 # Keras joins numpy outputs only through feed.py's stand-ins.
                 return outputs if feed.active() else tf.nest.map_structure(tf.constant, outputs)

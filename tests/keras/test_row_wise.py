@@ -73,6 +73,35 @@ def test_predict_with_a_partial_last_batch_compiles_once():
     assert len(_compiles(model)) == 1
 
 
+def test_predict_then_predict_on_batch_of_its_batch_size_share_one_compiled_step():
+    """predict feeds the step x, predict_on_batch (x,): Keras's predict_step
+    reads both alike, so the second finds the first one's program."""
+    plain, model = _cnn(), kerasjit.wrap(_cnn(), background=False)
+    x = _images(64)
+    np.testing.assert_allclose(model.predict(x, batch_size=32, verbose=0),
+                               plain.predict(x, batch_size=32, verbose=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(model.predict_on_batch(x[:32]), plain.predict_on_batch(x[:32]),
+                               rtol=1e-5, atol=1e-6)
+    assert len(_compiles(model)) == 1 and len(model._kerasjit.predict.programs) == 1
+
+
+def test_a_predict_step_of_the_models_own_gets_its_batch_as_keras_passes_it():
+    class FirstOfBatch(keras.Model):
+        def predict_step(self, data):     # (reads predict_on_batch's (x,) only)
+            return self(data[0], training=False)
+
+    def model_of(cls):
+        keras.utils.set_random_seed(1)
+        inputs = keras.Input((5,))
+        model = cls(inputs, keras.layers.Dense(3)(inputs))
+        model.compile(optimizer="sgd", loss="mse")
+        return model
+    x = np.random.default_rng(3).standard_normal((8, 5)).astype(np.float32)
+    plain, model = model_of(FirstOfBatch), kerasjit.wrap(model_of(FirstOfBatch), background=False)
+    np.testing.assert_allclose(model.predict_on_batch(x), plain.predict_on_batch(x),
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_a_step_whose_rows_meet_is_compiled_per_batch_size_and_stays_right():
     """A layer centring each batch on its mean: another batch size is no
     padded copy of the compiled one, so kerasjit does not serve it so."""
