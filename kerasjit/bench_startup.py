@@ -9,7 +9,7 @@ steps), then kerasjit again on that cache. Measured from the call of `fit`:
 the first epoch's wall time, when the compiled step first ran (kerasjit), and
 the median step of the second epoch (each contender's steady state; for
 kerasjit the compiled step, waited for before the second epoch if need be).
-Writes reports/startup.csv and .md.
+Writes reports/startup.csv and .md (--name: another file name).
 """
 import argparse
 import json
@@ -96,12 +96,12 @@ def bench(models, steps, batch):
     return rows
 
 
-def write_reports(rows, out_dir, command):
+def write_reports(rows, out_dir, command, name="startup"):
     import pandas as pd
 
     from kerasjit.bench import machine
     os.makedirs(out_dir, exist_ok=True)
-    pd.DataFrame(rows).to_csv(os.path.join(out_dir, "startup.csv"), index=False,
+    pd.DataFrame(rows).to_csv(os.path.join(out_dir, f"{name}.csv"), index=False,
                               float_format="%.6g")
     lines = ["# Time to train: kerasjit's start-up on real CNNs", "",
              f"Machine: {machine()}", "",
@@ -114,7 +114,7 @@ def write_reports(rows, out_dir, command):
         lines.append(f"| {r['model']} | {r['contender']} | {r['first_epoch_s']:.1f} | "
                      f"{r['first_epoch_vs_keras']:.2f}x | {at} | "
                      f"{r['steady_ms_per_step']:.1f} | {r['steady_speedup_vs_keras']:.2f}x |")
-    with open(os.path.join(out_dir, "startup.md"), "w") as f:
+    with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
@@ -130,9 +130,11 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=200, help="batches per epoch")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--out", default="reports")
+    parser.add_argument("--name", default="startup",
+                        help="report files: OUT/NAME.csv, .md")
     args = parser.parse_args(argv)
     rows = bench(args.models, args.steps, args.batch)
-    write_reports(rows, args.out, "python -m kerasjit.bench_startup " + " ".join(argv))
+    write_reports(rows, args.out, "python -m kerasjit.bench_startup " + " ".join(argv), args.name)
 
 
 if __name__ == "__main__":
