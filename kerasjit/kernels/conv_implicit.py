@@ -74,7 +74,8 @@ def _weights(lw, inst, rhs, rhs_l):
         source[rhs_l[label]] = i
     weights_id = lw.temp("f32", dims, f"{inst.name}.weights")
     lw.steps.append(LoopKernel(f"weights_{inst.name}", dims, [(
-        weights_id, _read(lw, rhs, index, source))], [f"{inst.name}.weights"]))
+        weights_id, _read(lw, rhs, index, source))], [f"{inst.name}.weights"],
+        transposes=rhs_l["i"] == spatial + 1))
     return weights_id, dims, {label: d for d, label in enumerate(order)}
 
 

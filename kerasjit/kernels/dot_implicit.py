@@ -60,5 +60,6 @@ def _features_innermost(lw, rhs, rhs_k, rhs_free):
     dims = tuple(rhs.shape.dims[d] for d in order)
     position = {d: p for p, d in enumerate(order)}
     copy = lw.own_kernel(rhs, "features_innermost", rhs.shape.dtype, dims, lambda index: (
-        lw.value_at(rhs, tuple(index[position[d]] for d in range(rhs.shape.rank)))))
+        lw.value_at(rhs, tuple(index[position[d]] for d in range(rhs.shape.rank)))),
+        transposes=len(order) > 1 and order[-2] == rhs.shape.rank - 1)
     return copy, row_major_strides(dims), tuple(range(len(rhs_k)))

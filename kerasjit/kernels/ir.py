@@ -107,6 +107,9 @@ class LoopKernel:
     stores: list          # [(buffer id, Expr)] all indexed by the loop index
     fused: list = field(default_factory=list)   # HLO instruction names it computes
     reduction: bool = False   # computes a reduction-like value (kept alone)
+    # A copy whose source's innermost dim is not its own (a transposed copy):
+    # its two innermost dims run in square tiles, so both sides stay in cache.
+    transposes: bool = False
 
 
 @dataclass

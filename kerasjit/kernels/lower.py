@@ -141,16 +141,18 @@ class _Lowering:
         self.buffers.append(buf)
         return buf.id
 
-    def own_kernel(self, inst, role, dtype, dims, value):
+    def own_kernel(self, inst, role, dtype, dims, value, transposes=False):
         """The buffer that a kernel of its own fills with value(loop index) for
         `inst`'s `role`: a value its readers would each compute many times
-        over. Built once; a kernel kept alone, before the first reader's."""
+        over. Built once; a kernel kept alone, before the first reader's.
+        `transposes`: a transposed copy (LoopKernel.transposes)."""
         if (inst, role) not in self.own_kernels:
             bid = self.temp(dtype, dims, f"{inst.name}.{role}")
             index = self.loop_index_of(len(dims))
             expr = self.in_kernel(index, {}, lambda: value(index))
             self.steps.append(LoopKernel(f"k{len(self.steps)}_{role}", tuple(dims),
-                                         [(bid, expr)], [inst.name], reduction=True))
+                                         [(bid, expr)], [inst.name], reduction=True,
+                                         transposes=transposes))
             self.own_kernels[inst, role] = bid
         return self.own_kernels[inst, role]
 

@@ -55,8 +55,23 @@ def kernel_buffers(kernel):
 
 
 def outer_dims(kernel, buffers):
-    """The kernel's loops outside any reduction loop (those a thread may own part of)."""
+    """The kernel's loops outside any reduction loop or tile (those a thread may own part of)."""
+    if tiled(kernel):
+        return kernel.dims[:-2]
     return kernel.dims[:-1] if rows_can_accumulate(kernel, buffers) else kernel.dims
+
+
+# The side of a transposed copy's tiles, in elements: TILE rows of the
+# source and of the copy, a cache line or more each, stay in L1 while a tile
+# is copied (one element a row at a time, the source's rows are a stride of
+# a whole row apart: 8 MB of weights took 11 ms copied row by row, untiled).
+TILE = 16
+
+
+def tiled(kernel):
+    """Whether loop kernel `kernel` runs its two innermost dims in tiles."""
+    return type(kernel) is LoopKernel and kernel.transposes and len(kernel.dims) >= 2 \
+        and min(kernel.dims[-2:]) > TILE
 
 
 class _KernelBuilder:
@@ -130,8 +145,30 @@ class _KernelBuilder:
                 else:
                     self.store(bid, expr.dtype, [self.render(t, values, env) for t in target],
                                value)
-        self.nest(list(dims), element, outermost=True)
+        if tiled(self.kernel):
+            self.nest(list(dims[:-2]), lambda prefix: self._tiles(prefix, dims[-2:], element),
+                      outermost=True, innermost=False)
+        else:
+            self.nest(list(dims), element, outermost=True)
         self.b.ret_void()
+
+    def _tiles(self, prefix, extents, element):
+        """`element` over the two innermost dims in TILE x TILE tiles (the last
+        ones cut short at the edges)."""
+        b, fn = self.b, self.fn
+
+        def span(tile, extent):
+            lo = b.mul(tile, ir.Constant(I64, TILE))
+            hi = b.add(lo, ir.Constant(I64, TILE))
+            bound = ir.Constant(I64, extent)
+            return lo, b.select(b.icmp_signed("<", hi, bound), hi, bound)
+
+        def tile(rows, cols):
+            run_time_loop(b, fn, *span(rows, extents[0]), lambda i: run_time_loop(
+                b, fn, *span(cols, extents[1]), lambda j: element(prefix + (i, j)), False),
+                False)
+        counted_loop(b, fn, -(-extents[0] // TILE), lambda rows: counted_loop(
+            b, fn, -(-extents[1] // TILE), lambda cols: tile(rows, cols), False), False)
 
     def _accumulate_rows(self, prefix):
         """Reduction loops outside, the output's last dimension innermost.

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerasjit.backends.cpu import CpuBackend, implicit_gemm
+from kerasjit.backends.cpu import CpuBackend, codegen, implicit_gemm
 from kerasjit.backends.cpu.codegen import render_program
 from kerasjit.kernels.ir import GemmCall, ImplicitGemm, LoopKernel, leaf_steps
 from kerasjit.hlo import parse_module
@@ -37,6 +37,9 @@ CASES = {
     "dilated": (conv_and_grads(1, "VALID", 2), (rand(1, 12, 11, 4), rand(3, 3, 4, 20))),
     "conv1d": (lambda x, w: conv_and_grads(1, "SAME")(x[:, None], w[None]),
                (rand(4, 17, 8), rand(5, 8, 12))),
+    # 37 -> 21 features: the input gradient's weights copy runs in tiles
+    # (codegen.TILE), cut short at both edges
+    "many_channels": (conv_and_grads(1, "SAME"), (rand(2, 7, 6, 37), rand(2, 1, 37, 21))),
 }
 
 
@@ -59,7 +62,7 @@ def test_convolutions_and_gradients_as_implicit_gemms_match_evaluator(name):
     check_compiled(fn, args)
 
 
-@pytest.mark.parametrize("name", ["wide_features", "same_padding"])
+@pytest.mark.parametrize("name", ["wide_features", "same_padding", "many_channels"])
 def test_sliced_contractions_and_threads_match_evaluator(name, monkeypatch, no_compile_cache):
     # The code differs from what the same HLO compiled to before: no cache, in
     # memory (a fresh backend for check) or on disk.
@@ -68,6 +71,23 @@ def test_sliced_contractions_and_threads_match_evaluator(name, monkeypatch, no_c
     monkeypatch.setattr(implicit_gemm, "L1_SLICE_BYTES", 256)  # its C small or not
     monkeypatch.setattr(implicit_gemm, "SPLIT_WORK", 0)       # every one split over threads
     fn, args = CASES[name]
+    check_compiled(fn, args)
+
+
+@pytest.mark.parametrize("name, transposed", [("many_channels", (2, 1, 21, 37)),
+                                              ("transposed_rhs", None)])
+def test_an_input_gradients_weights_are_copied_transposed_in_tiles(name, transposed):
+    """The copy with output features innermost reads the weights a whole row
+    apart: it runs in square tiles (and the copy of a Dense layer's W^T too)."""
+    fn, args = CASES[name] if name in CASES else DOTS[name]
+    module = bridge(fn, *args)
+    optimize_as_configured(module)
+    copies = [s for s in leaf_steps(lower(module, CPU).steps)
+              if isinstance(s, LoopKernel) and s.transposes]
+    assert len(copies) == 1
+    if transposed is not None:
+        assert copies[0].dims == transposed
+    assert codegen.tiled(copies[0])
     check_compiled(fn, args)
 
 
