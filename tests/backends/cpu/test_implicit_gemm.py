@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerasjit.backends.cpu import CpuBackend, codegen, implicit_gemm
+from kerasjit.backends.cpu import CpuBackend, codegen, implicit_gemm, parallel
 from kerasjit.backends.cpu.codegen import render_program
 from kerasjit.kernels.ir import GemmCall, ImplicitGemm, LoopKernel, leaf_steps
 from kerasjit.hlo import parse_module
@@ -69,7 +69,8 @@ def test_sliced_contractions_and_threads_match_evaluator(name, monkeypatch, no_c
     monkeypatch.setattr(cpu_check, "BACKEND", CpuBackend())
     monkeypatch.setattr(implicit_gemm, "SLICE_BYTES", 256)    # every contraction sliced,
     monkeypatch.setattr(implicit_gemm, "L1_SLICE_BYTES", 256)  # its C small or not
-    monkeypatch.setattr(implicit_gemm, "SPLIT_WORK", 0)       # every one split over threads
+    monkeypatch.setattr(implicit_gemm, "SPLIT_WORK", 0)       # every one split over threads,
+    monkeypatch.setattr(parallel, "MIN_WORK", 0)    # and loop kernels (a tiled copy's outer dim)
     fn, args = CASES[name]
     check_compiled(fn, args)
 
