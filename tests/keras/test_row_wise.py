@@ -90,14 +90,14 @@ def test_a_predict_step_of_the_models_own_gets_its_batch_as_keras_passes_it():
         def predict_step(self, data):     # (reads predict_on_batch's (x,) only)
             return self(data[0], training=False)
 
-    def model_of(cls):
+    def first_of_batch():
         keras.utils.set_random_seed(1)
         inputs = keras.Input((5,))
-        model = cls(inputs, keras.layers.Dense(3)(inputs))
+        model = FirstOfBatch(inputs, keras.layers.Dense(3)(inputs))
         model.compile(optimizer="sgd", loss="mse")
         return model
     x = np.random.default_rng(3).standard_normal((8, 5)).astype(np.float32)
-    plain, model = model_of(FirstOfBatch), kerasjit.wrap(model_of(FirstOfBatch), background=False)
+    plain, model = first_of_batch(), kerasjit.wrap(first_of_batch(), background=False)
     np.testing.assert_allclose(model.predict_on_batch(x), plain.predict_on_batch(x),
                                rtol=1e-5, atol=1e-6)
 
