@@ -25,22 +25,34 @@ MODELS = ("ResNet50", "MobileNetV2", "EfficientNetB0", "DenseNet121")
 CONTENDERS = ("keras", "keras_xla", "kerasjit_cold", "kerasjit_warm")
 
 
+def application(model_name, jit_compile=False):
+    """Keras application `model_name`, untrained, for 32x32 RGB images of 10 classes, with
+    Adam and sparse cross-entropy."""
+    import keras
+    model = getattr(keras.applications, model_name)(weights=None, input_shape=(32, 32, 3),
+                                                    classes=10)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy",
+                  jit_compile=jit_compile)
+    return model
+
+
+def application_data(n):
+    """n random images and labels for `application`'s models."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    return rng.random((n, 32, 32, 3), dtype=np.float32), rng.integers(0, 10, n)
+
+
 def _contender(model_name, contender, steps, batch):
     """One contender's two epochs, in this process: a dict of its timings."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import kerasjit     # (first: TensorFlow loads without its routine log lines)
     import keras
-    import numpy as np
     keras.utils.set_random_seed(0)
-    model = getattr(keras.applications, model_name)(weights=None, input_shape=(32, 32, 3),
-                                                    classes=10)
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy",
-                  jit_compile=contender == "keras_xla")
+    model = application(model_name, jit_compile=contender == "keras_xla")
+    x, y = application_data(steps * batch)
     if contender.startswith("kerasjit"):
         kerasjit.wrap(model, background=True)
-    rng = np.random.default_rng(0)
-    x = rng.random((steps * batch, 32, 32, 3), dtype=np.float32)
-    y = rng.integers(0, 10, steps * batch)
 
     class Clock(keras.callbacks.Callback):
         kerasjit_batch_safe = True      # (reads no variables: kerasjit need not write them back)

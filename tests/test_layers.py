@@ -2,7 +2,7 @@
 
 From the bottom: errors, arrays and cancel (kerasjit imports nothing of
 itself there), hlo, passes, kernels, the compile driver, backends, runtime, the
-TensorFlow frontend, and the API on top (step, wrap, explain, bench, report,
+TensorFlow frontend, and the API on top (step, wrap, explain, capture, bench, report,
 callbacks). A module may import its own layer and those below it."""
 import ast
 import pathlib
@@ -12,8 +12,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAYERS = [{"errors", "arrays", "cancel", "quiet_start"}, {"hlo"}, {"passes"}, {"kernels"}, {"compiler"}, {"backends"},
           {"runtime"}, {"frontend"},
-          {"step", "wrap", "explain", "bench", "bench_suite", "bench_peer", "bench_startup",
-           "bench_distribute", "workloads", "report", "callbacks", "__main__",
+          {"step", "wrap", "explain", "capture", "bench", "bench_suite", "bench_peer",
+           "bench_startup", "bench_distribute", "workloads", "report", "callbacks", "__main__",
            "__init__"}]
 
 

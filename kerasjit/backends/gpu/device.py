@@ -63,6 +63,10 @@ class CupyDevice:
         target.set(pinned.reshape(target.shape), stream=self.stream)
         copied.record(self.stream)
 
+    def synchronize(self):
+        """Wait until the device has done all that was asked of it."""
+        self.stream.synchronize()
+
     def ordered(self):
         """Context in which CuPy's own operations go to the device's stream."""
         return self.stream
