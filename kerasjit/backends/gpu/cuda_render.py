@@ -56,7 +56,7 @@ def launch_threads(kernel):
     updates apply in order, several to one element), for an implicit GEMM one
     per tile."""
     if isinstance(kernel, ImplicitGemm):
-        return cuda_implicit_gemm.tiles(kernel)
+        return cuda_implicit_gemm.tiles(kernel, THREADS)
     if _serial(kernel):
         return 1
     return math.prod(kernel.dims) * (THREADS if _long_reductions(kernel) else 1)
@@ -297,7 +297,7 @@ def kernel_names(program, name="cluster"):
 def render_kernel(program, kernel, name):
     """CUDA C source of one LoopKernel or ImplicitGemm (needs PRELUDE before it)."""
     if isinstance(kernel, ImplicitGemm):
-        return cuda_implicit_gemm.render(program, kernel, name, _KernelWriter)
+        return cuda_implicit_gemm.render(program, kernel, name, _KernelWriter, THREADS)
     return _KernelWriter(program, kernel).render(name)
 
 

@@ -22,7 +22,7 @@ import kerasjit
 from kerasjit import workloads
 from kerasjit.backends import get_backend
 from kerasjit.backends import gpu
-from kerasjit.backends.gpu import GpuBackend
+from kerasjit.backends.gpu import GpuBackend, cuda_implicit_gemm
 from kerasjit.compiler import OnHost
 from kerasjit.backends.gpu.device import CupyDevice
 from kerasjit.backends.gpu.executable import GpuExecutable
@@ -34,7 +34,7 @@ from kerasjit.arrays import host
 from tests.support.cuda_host import HostDevice
 from tests.hlo.test_control_flow import _rnn_with_grads
 from tests.support.loop_text import LIST_LOOP, NESTED, RNG_LOOP
-from tests.support.structured_cases import DOT_CONV_POOL, LOOP_ONLY
+from tests.support.structured_cases import DOT_CONV_POOL, LOOP_ONLY, rand
 
 
 @pytest.fixture(scope="module", params=["host", pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -77,6 +77,23 @@ def test_convolutions_in_many_chunks(backend, monkeypatch):
     executable = check_against_evaluator(backend, *DOT_CONV_POOL["conv_valid_stride2"])
     chunks = {launch[-1] for launch in executable._launches if launch[0] == "gemm"}
     assert len(chunks) > 2
+
+
+@pytest.mark.parametrize("name", ["filter_gradient", "conv_bias_relu"])
+def test_long_contractions_split_over_a_block(backend, monkeypatch, name):
+    """A convolution whose contraction is long and whose tiles are few (a filter
+    gradient) takes a block per tile, the threads summing in shared memory; edge tiles
+    and a fused epilogue included."""
+    monkeypatch.setattr(cuda_implicit_gemm, "SPLIT_DEPTH", 16)
+    cases = {
+        "filter_gradient": (lambda x, w: tf.gradients(tf.reduce_sum(
+            tf.nn.conv2d(x, w, 1, "VALID") ** 2), w)[0],
+            (rand(3, 9, 8, 5), rand(3, 3, 5, 6, seed=1))),
+        "conv_bias_relu": (lambda x, w, b: tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME") + b),
+                           (rand(2, 6, 5, 3), rand(3, 3, 3, 7, seed=1), rand(7, seed=2))),
+    }
+    executable = check_against_evaluator(backend, *cases[name])
+    assert any("part[" in source for _, source in executable.kernels)
 
 
 def test_launches_are_replayed_after_the_first_call(backend):
