@@ -1,6 +1,6 @@
 """A wrapped model's compiled clusters saved to one file, and replayed on any backend.
 
-    python -m kerasjit.capture record --workloads mlp text_transformer --out captures/
+    python -m kerasjit.capture record --workloads mnist_cnn ResNet50 --out captures/
     python -m kerasjit.capture replay captures/*.npz --backend gpu --repeats 20
 
 `record` trains, evaluates and predicts one batch of each model through kerasjit and keeps
@@ -107,7 +107,7 @@ def load(path):
 @contextlib.contextmanager
 def recording(model, backend="cpu"):
     """`model` wrapped on a Recorder of `backend` (compiled in the foreground, never raced);
-    yields the Recorder, and unwraps the model after."""
+    yields the Recorder, and writes the variables back to Keras after."""
     from .backends import get_backend
     from .wrap import wrap
     recorder = Recorder(get_backend(backend))

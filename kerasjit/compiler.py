@@ -27,6 +27,7 @@ from .kernels.lower import lower_module
 from .kernels.split_dims import split_loops
 from .kernels.split_reductions import split_reductions
 from .kernels.storage import assign_storage
+from .kernels.unread import drop_unread_stores
 from .kernels.verifier import verify_kernels
 from .passes import optimize_as_configured
 
@@ -35,6 +36,7 @@ def kernel_passes(target, donate=None):
     """The kernel-IR passes after lowering for `target`, in order. donate:
     {parameter index: output index} whose memory the caller gives up."""
     return [functools.partial(alias_donated, donate=donate),    # updates written in place
+            drop_unread_stores,                                # temporaries nothing reads
             *([fuse_epilogues] if target.implicit_gemm else []),   # bias/activation into GEMMs
             *([split_reductions] if target.split_reductions else []),  # rows shared by threads
             assign_storage,                                    # temporaries share memory

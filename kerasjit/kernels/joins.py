@@ -20,11 +20,14 @@ class NotInKernel(Exception):
 
 
 def join_recent_loop(lw, inst, role):
-    """Whether `inst` joined one of lowering `lw`'s last LOOKBACK loops (the
-    latest one valid) as one more store."""
+    """Whether `inst` joined a loop of lowering `lw` as one more store: the
+    loop that computes one of its operands (an optimizer's update of m and v
+    applied under a condition, select(apply, m', m), with m' computed where w
+    is), else one of the last LOOKBACK (the latest one valid)."""
     if roots_a_kernel(inst):    # (a reduction keeps its kernel: its rows run along memory)
         return False
-    for pos in range(len(lw.steps) - 1, max(len(lw.steps) - LOOKBACK, 0) - 1, -1):
+    recent = range(len(lw.steps) - 1, max(len(lw.steps) - LOOKBACK, 0) - 1, -1)
+    for pos in dict.fromkeys([*_producers(lw, inst), *recent]):
         kernel = lw.steps[pos]
         if isinstance(kernel, LoopKernel) and kernel.dims == inst.shape.dims \
                 and not kernel.reduction:
@@ -34,6 +37,21 @@ def join_recent_loop(lw, inst, role):
                 kernel.fused.append(inst.name)
                 return True
     return False
+
+
+def _producers(lw, inst):
+    """Positions in lw.steps of the latest loops that store one of `inst`'s
+    operands, latest first."""
+    wanted = {lw.buffer_of[op] for op in inst.operands if op in lw.buffer_of}
+    found = []
+    for pos in range(len(lw.steps) - 1, -1, -1):
+        if not wanted:
+            break
+        step = lw.steps[pos]
+        if isinstance(step, LoopKernel) and wanted & {bid for bid, _ in step.stores}:
+            found.append(pos)
+            wanted -= {bid for bid, _ in step.stores}
+    return found
 
 
 def _value_in(lw, inst, pos):

@@ -134,6 +134,52 @@ def test_weight_update_joins_its_moments_past_other_steps():
     assert loop.fused == ["m1", "v1", "w1"]
 
 
+def _conditional_adam():
+    """Keras's update under a condition (a step skipped where gradients are not finite):
+    m1 both updates w and, selected, m itself; the select comes after five loops of
+    the same shape that each read a reduction, past the LOOKBACK of recent loops."""
+    fillers = "\n".join(f"""  %c{k} = f32[] constant({k + 2})
+  %kk{k} = f32[8,16] broadcast(%c{k}), dimensions={{}}
+  %a{k} = f32[8,16] multiply(%x, %kk{k})
+  %r{k} = f32[8] reduce(%a{k}, %zero), dimensions={{1}}, to_apply=%sum
+  %rb{k} = f32[8,16] broadcast(%r{k}), dimensions={{0}}
+  %f{k} = f32[8,16] subtract(%x, %rb{k})""" for k in range(5))
+    outputs = ", ".join(f"%f{k}" for k in range(5))
+    return hlo(f"""  %g = f32[8,16] parameter(0)
+  %m = f32[8,16] parameter(1)
+  %w = f32[8,16] parameter(2)
+  %apply = pred[] parameter(3)
+  %x = f32[8,16] parameter(4)
+  %zero = f32[] constant(0)
+  %c1 = f32[] constant(0.1)
+  %k1 = f32[8,16] broadcast(%c1), dimensions={{}}
+  %d = f32[8,16] subtract(%g, %m)
+  %dd = f32[8,16] multiply(%d, %k1)
+  %m1 = f32[8,16] add(%m, %dd)
+  %step = f32[8,16] multiply(%m1, %k1)
+  %w1 = f32[8,16] subtract(%w, %step)
+  %ap = pred[8,16] broadcast(%apply), dimensions={{}}
+  %wo = f32[8,16] select(%ap, %w1, %w)
+{fillers}
+  %mo = f32[8,16] select(%ap, %m1, %m)
+  ROOT %out = (f32[8,16], {", ".join(["f32[8,16]"] * 5)}, f32[8,16]) tuple(%wo, {outputs}, %mo)""",
+               SUM)
+
+
+@pytest.mark.parametrize("apply", [True, False])
+def test_a_selected_moment_joins_the_loop_that_computes_it(apply):
+    """mo = select(apply, m1, m) joins the loop where m1 updates w, however far back,
+    and m1 is stored nowhere (its readers all compute it there): one pass over m."""
+    module = parse_module(_conditional_adam())
+    rng = np.random.default_rng(3)
+    args = [values("f32", (8, 16), rng) for _ in range(3)] + [np.bool_(apply),
+                                                              values("f32", (8, 16), rng)]
+    program = compiled_and_lowered(module, args, rtol=1e-5, atol=1e-5)
+    assert kernel_of(program, "mo") == kernel_of(program, "wo")
+    assert not any(program.buffers[bid].name == "m1" for step in program.steps
+                   if isinstance(step, LoopKernel) for bid, _ in step.stores)
+
+
 INVALID = hlo("""  %x = f32[8,16] parameter(0)
   %y = f32[8,16] parameter(1)
   %zero = f32[] constant(0)
