@@ -1,5 +1,6 @@
-"""Multi-output fusion: a materialised value joins a recent loop of its shape
-as one more store, where everything it reads is ready before that loop (an
+"""Multi-output fusion: a materialised value joins the loop that computes its
+operands, else a recent loop of its shape, as one more store, where
+everything it reads is ready before that loop (an
 optimizer's m, v and w updates of one weight are one pass over memory, though
 other weights' updates come between them in post-order).
 """
