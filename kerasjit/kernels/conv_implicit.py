@@ -8,9 +8,22 @@ element once per covering window position). The filter gradient takes input
 features as rows and contracts over batch and image. Padding and input
 dilation are made explicit in a copy of the operand first.
 """
+import math
+
 from ..hlo.shape import row_major_strides
 from . import indexing as ix
 from .ir import S64, Const, ImplicitGemm, Index, LoopKernel, Op
+
+
+def reads_strided(lw, rows, depth, contiguous):
+    """Whether an ImplicitGemm of `rows` output rows over a contraction of `depth`,
+    `contiguous` of it innermost in both operands, reads B's features at a stride
+    rather than from a copy: where the backend can, and where the rows are few
+    against the contraction. Each dot product's lanes are summed at its end (a cost
+    per output element) where the copy costs one per weight: on the CPU the dot
+    products were 2-4x as fast with rows <= depth / 4 (ResNet's late stages),
+    level at rows ~ depth, 2-3x as slow past it (reports/tuning-measurements.md)."""
+    return lw.target.strided_features and contiguous >= 16 and 2 * rows <= depth
 
 
 def merged_levels(levels):
@@ -60,12 +73,34 @@ def _padded(lw, inst, lhs, lhs_l, window):
     return padded_id, tuple(dims)
 
 
-def _weights(lw, inst, rhs, rhs_l):
+def _unreversed(rhs, rhs_l, spatial):
+    """The weights before a reverse of window dims (an input gradient's, as
+    TensorFlow writes it), read backwards by the GEMM instead of copied, and
+    the window dims it reversed; else `rhs` and none."""
+    if rhs.opcode != "reverse":
+        return rhs, set()
+    reversed_dims = set(rhs.attrs["dimensions"])
+    window = {rhs_l[d]: d for d in range(spatial)}
+    if not reversed_dims <= set(window):
+        return rhs, set()
+    return rhs.operands[0], {window[d] for d in reversed_dims}
+
+
+def _weights(lw, inst, rhs, rhs_l, lhs_l):
     """The weights' buffer with output features innermost (a copy laid out
-    [window..., i, o] where they are not: the input gradient's), its dims and labels."""
+    [window..., i, o] where they are not: the input gradient's), its dims and
+    labels, and the stride of its output features: not 1 where they are read
+    at a stride (reads_strided), the input features innermost in both
+    operands (the contraction's innermost level)."""
     spatial = len(rhs_l) - 2
     if rhs_l["o"] == spatial + 1:
-        return lw.in_place(rhs), rhs.shape.dims, rhs_l
+        return lw.in_place(rhs), rhs.shape.dims, rhs_l, 1
+    features = rhs.shape.dims[rhs_l["o"]]
+    if rhs_l["i"] == lhs_l["f"] == spatial + 1 and reads_strided(
+            lw, math.prod(inst.shape.dims) // features, math.prod(rhs.shape.dims) // features,
+            rhs.shape.dims[rhs_l["i"]]):
+        return (lw.in_place(rhs), rhs.shape.dims, rhs_l,
+                row_major_strides(rhs.shape.dims)[rhs_l["o"]])
     order = [*range(spatial), "i", "o"]
     dims = tuple(rhs.shape.dims[rhs_l[x]] for x in order)
     index = [Index(S64, d) for d in range(spatial + 2)]
@@ -76,7 +111,7 @@ def _weights(lw, inst, rhs, rhs_l):
     lw.steps.append(LoopKernel(f"weights_{inst.name}", dims, [(
         weights_id, _read(lw, rhs, index, source))], [f"{inst.name}.weights"],
         transposes=rhs_l["i"] == spatial + 1))
-    return weights_id, dims, {label: d for d, label in enumerate(order)}
+    return weights_id, dims, {label: d for d, label in enumerate(order)}, 1
 
 
 def conv_as_implicit_gemm(lw, inst, role):
@@ -95,7 +130,8 @@ def conv_as_implicit_gemm(lw, inst, role):
     spatial = len(window)
     if out_l["f"] != spatial + 1:
         return False
-    rhs_id, rhs_dims, rhs_l = _weights(lw, inst, rhs, rhs_l)
+    rhs, flipped = _unreversed(rhs, rhs_l, spatial)
+    rhs_id, rhs_dims, rhs_l, feature_stride = _weights(lw, inst, rhs, rhs_l, lhs_l)
     lhs_id, lhs_dims = _padded(lw, inst, lhs, lhs_l, window)
     s_a, s_b, s_c = (row_major_strides(d) for d in (lhs_dims, rhs_dims, inst.shape.dims))
     out_dims = inst.shape.dims
@@ -110,7 +146,7 @@ def conv_as_implicit_gemm(lw, inst, role):
     depth, b_offset = [], 0
     for d, w in enumerate(window):
         step = s_b[rhs_l[d]]
-        if w.rhs_reversal:
+        if w.rhs_reversal != (d in flipped):
             b_offset += (w.size - 1) * step
             step = -step
         depth.append((w.size, w.rhs_dilate * s_a[lhs_l[d]], step))
@@ -118,5 +154,6 @@ def conv_as_implicit_gemm(lw, inst, role):
     depth = merged_levels(sorted(depth, key=lambda lv: -abs(lv[2]))) or [(1, 0, 0)]
     lw.steps.append(ImplicitGemm(
         f"igemm_{inst.name}", lw.buffer_for(inst, role), lhs_id, rhs_id, out_dims[-1],
-        tuple(positions[:-1]), positions[-1], tuple(depth), b_offset))
+        tuple(positions[:-1]), positions[-1], tuple(depth), b_offset,
+        b_feature_stride=feature_stride))
     return True

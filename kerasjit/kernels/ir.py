@@ -188,7 +188,7 @@ class GemmCall:
 
 @dataclass
 class ImplicitGemm:
-    """C[row, j] = sum over k of A[a(row, k)] * B[b(k) + j], j < n, f32: a
+    """C[row, j] = sum over k of A[a(row, k)] * B[b(k) + j * b_feature_stride], j < n, f32: a
     convolution or its filter gradient read straight from its operands,
     without the patch matrix of conv_gemm.py (a backend that has this step).
 
@@ -196,12 +196,15 @@ class ImplicitGemm:
     (extent, stride in A, stride in C). The contraction runs over the `depth`
     levels, outermost first: each (extent, stride in A, stride in B). So
     a(row, k) = sum of index * A-stride over the row's and k's levels, and a
-    row of C starts at the sum of index * C-stride. A row of C and of B holds
-    n contiguous features. `b_offset` is where B starts (a reversed window
-    walks the weights backwards). `epilogue`, if set, is the value finally
-    stored at each element of C: an expression of the loop index over C's
-    dims reading C itself only at that index (a bias add and activation, run
-    on each block of rows while it is in cache; epilogues.py)."""
+    row of C starts at the sum of index * C-stride. A row of C holds n
+    contiguous features; B's features lie `b_feature_stride` apart (1, or B
+    transposed: an input gradient's weights read as they lie, the innermost
+    contraction level then contiguous in A and B). `b_offset` is where B
+    starts (a reversed window walks the weights backwards). `epilogue`, if
+    set, is the value finally stored at each element of C: an expression of
+    the loop index over C's dims reading C itself only at that index (a bias
+    add and activation, run on each block of rows while it is in cache;
+    epilogues.py)."""
     name: str
     out: int
     lhs: int              # A
@@ -212,6 +215,7 @@ class ImplicitGemm:
     depth: tuple
     b_offset: int = 0
     epilogue: Expr = None
+    b_feature_stride: int = 1
 
     @property
     def m(self):

@@ -9,3 +9,4 @@ class Target:
     min_batched_product: int    # a batched dot with a smaller M*N*K stays a loop kernel
     patch_budget_bytes: int     # a patch matrix is built and multiplied in slices this large
     split_reductions: bool = False  # large reductions into a row in parts threads share
+    strided_features: bool = False  # an ImplicitGemm reads B transposed where it lies (no copy)

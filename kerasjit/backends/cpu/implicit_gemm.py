@@ -11,6 +11,14 @@ cut into slices whose part of B fits in L2 (in L1 where C is small); all of a
 thread's blocks take one slice before the next (partial sums kept in C), so B
 streams from memory once per thread, not once per block. An epilogue
 (epilogues.py) runs over each block's rows after their last slice, in place.
+
+Where B holds its features at a stride (ImplicitGemm.b_feature_stride: an
+input gradient's weights as they lie, the contraction contiguous in A and B),
+a block is a few rows by a few features of dot products instead: an
+accumulator each, a vector of the contraction at a time from both operands,
+its lanes summed at the end. Copying such weights features-innermost first
+read and wrote each of them once more, twice the product's own time where the
+rows are few (ResNet50's late stages at batch 8).
 """
 import math
 
@@ -36,13 +44,20 @@ class Blocking:
     """How an ImplicitGemm is cut: feature blocks, rows per block, slices."""
 
     def __init__(self, step, code):
-        # Feature vectors per block: B's vectors, the accumulators and a
-        # broadcast all live in registers: 4 + 6x4 + 1 of AVX-512's 32, 2 + 6x2
-        # + 1 of AVX2's 16 (4 + 3x4 + 1 there spill, at half the speed).
         lanes, acc_budget = code.lanes, code.acc_budget
-        self.width = width = min(step.n, code.registers // 8 * lanes)
+        self.dots = step.b_feature_stride != 1
+        if self.dots:
+            # Rows x features accumulators, a vector of each row of A and one of B
+            # in registers: 4x6 + 4 + 1 of AVX-512's 32, 2x6 + 2 + 1 of AVX2's 16.
+            most = 4 if code.registers == 32 else 2
+            self.width = width = min(step.n, acc_budget // most)
+        else:
+            # Feature vectors per block: B's vectors, the accumulators and a
+            # broadcast all live in registers: 4 + 6x4 + 1 of AVX-512's 32, 2 + 6x2
+            # + 1 of AVX2's 16 (4 + 3x4 + 1 there spill, at half the speed).
+            self.width = width = min(step.n, code.registers // 8 * lanes)
+            most = max(1, acc_budget // math.ceil(width / lanes))    # rows a block can hold
         self.feature_blocks = blocks(step.n, width)
-        most = max(1, acc_budget // math.ceil(width / lanes))    # rows a block can hold
         # Rows cut evenly: `wide` blocks of `rows` + 1 rows, then blocks of `rows`
         # (13 rows in blocks of at most 12: 7 + 6, not 12 + 1, whose one row
         # would leave most of the vector unit idle).
@@ -50,6 +65,12 @@ class Blocking:
         self.rows, self.wide = divmod(step.rows[0], self.per_outer)
         self.outer_total = math.prod(e for e, _, _ in step.outer)
         self.total = len(self.feature_blocks) * self.outer_total * self.per_outer
+        if self.dots:
+            # No slices (a block's rows of A and of B fit L1 whole); the smaller operand
+            # is the one read again: A's rows stay in L1 while every feature block
+            # passes them where B is the smaller, else B's rows while every row block does.
+            self.slices, self.features_inner = 1, step.n <= step.m
+            return
         # Slices: the outermost contraction level whose every iteration reads less
         # of B than the budget is cut into runs of `slice` iterations; each slice
         # is one such run at one index of the levels outside it.
@@ -147,6 +168,9 @@ class _Emitter(VectorCode):
         (j0 an int or an i64 value), over contraction slice `part` (`sliced`:
         its fixed indices and its run)."""
         s, plan, b = self.s, self.plan, self.b
+        if plan.dots:
+            self._dots(j0, width, count, at, row0)
+            return
         pieces = blocks(width, self.lanes)
         _, a_row, c_row = s.rows
         a_base = self._offset(*[(i, a) for i, (_, a, _) in zip(at, s.outer)], (row0, a_row))
@@ -184,15 +208,54 @@ class _Emitter(VectorCode):
             with b.if_then(b.icmp_unsigned("==", part, self.const(plan.slices - 1))):
                 self.epilogue(self, starts, j0, width)
 
-    def _depth(self, level, prefix, sliced, step):
-        """The contraction's loops, outermost first; with a slice, only its
-        indices outside the sliced level and its run of that level."""
-        if level == len(self.s.depth):
+    def _dots(self, j0, width, count, at, row0):
+        """One block of dot products (B's features at a stride): `count` rows from
+        row `row0` by features [j0, j0 + width)."""
+        s, b = self.s, self.b
+        stride = s.b_feature_stride
+        _, a_row, c_row = s.rows
+        a_base = self._offset(*[(i, a) for i, (_, a, _) in zip(at, s.outer)], (row0, a_row))
+        c_base = self._offset(*[(i, c) for i, (_, _, c) in zip(at, s.outer)], (row0, c_row), j0)
+        b_base = self._offset((j0, stride), s.b_offset)
+        accs = self.accumulators(count * width)
+        contiguous = s.depth[-1][0]     # the innermost level: stride 1 in A and B
+
+        def step(k):
+            a_off = self._offset(a_base, *[(i, a) for i, (_, a, _) in zip(k, s.depth)])
+            b_off = self._offset(b_base, *[(i, bs) for i, (_, _, bs) in zip(k, s.depth)])
+
+            def vector(at_k, lanes):
+                xs = [self.load_vector(self.a_ptr, self._offset(a_off, at_k, r * a_row), lanes)
+                      for r in range(count)]
+                for f in range(width):
+                    w = self.load_vector(self.b_ptr, self._offset(b_off, at_k, f * stride), lanes)
+                    for r, x in enumerate(xs):
+                        self.fma_into(accs[r * width + f], x, w)
+            whole, rest = divmod(contiguous, self.lanes)
+            if whole:
+                counted_loop(b, self.fn, whole, lambda t: vector((t, self.lanes), self.lanes),
+                             unroll=False)
+            if rest:
+                vector(whole * self.lanes, rest)
+        self._depth(0, [], None, step, len(s.depth) - 1)
+        for r in range(count):
+            sums = [self.lane_sum(b.load(accs[r * width + f], typ=self.vec)) for f in range(width)]
+            self.store_vector(self.c_ptr, self._offset(c_base, r * c_row), 1,
+                              self.vector_of(sums), width)
+        if self.epilogue is not None:
+            self.epilogue(self, [self._offset(c_base, r * c_row) for r in range(count)],
+                          j0, width)
+
+    def _depth(self, level, prefix, sliced, step, levels=None):
+        """The contraction's loops, outermost first (the first `levels` of them);
+        with a slice, only its indices outside the sliced level and its run of
+        that level."""
+        if level == (len(self.s.depth) if levels is None else levels):
             step(prefix)
             return
 
         def inner(i):
-            self._depth(level + 1, prefix + [i], sliced, step)
+            self._depth(level + 1, prefix + [i], sliced, step, levels)
         if sliced is not None and level < self.plan.level:
             inner(sliced[0][level])
         elif sliced is not None and level == self.plan.level:

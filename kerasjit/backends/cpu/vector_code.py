@@ -99,6 +99,24 @@ class VectorCode:
         return b.shuffle_vector(one, ir.Constant(vec, ir.Undefined),
                                 ir.Constant(ir.VectorType(I32, self.lanes), [0] * self.lanes))
 
+    def lane_sum(self, vector):
+        """The sum of a vector's lanes: halves added until one lane is left."""
+        b, lanes = self.b, self.lanes
+        while lanes > 1:
+            lanes //= 2
+            halves = [b.shuffle_vector(vector, ir.Constant(vector.type, ir.Undefined), ir.Constant(
+                ir.VectorType(I32, lanes), list(range(start, start + lanes))))
+                for start in (0, lanes)]
+            vector = b.fadd(*halves)
+        return b.extract_element(vector, ir.Constant(I32, 0))
+
+    def vector_of(self, scalars):
+        """A vector holding `scalars` in its first lanes (the rest undefined)."""
+        vector = ir.Constant(self.vec, ir.Undefined)
+        for lane, scalar in enumerate(scalars):
+            vector = self.b.insert_element(vector, scalar, ir.Constant(I32, lane))
+        return vector
+
     def accumulators(self, count):
         """Zeroed vector accumulators (allocas LLVM keeps in registers)."""
         b = self.b

@@ -8,13 +8,14 @@ reversed over an operand with zeros between its elements (a strided
 convolution's output gradient). Convolutions this form does not take still compile, as patches
 and sgemm.
 """
+import math
 import re
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerasjit.backends.cpu import CpuBackend, codegen, implicit_gemm, parallel
+from kerasjit.backends.cpu import CpuBackend, codegen, engine, implicit_gemm, parallel
 from kerasjit.backends.cpu.codegen import render_program
 from kerasjit.kernels.ir import GemmCall, ImplicitGemm, LoopKernel, leaf_steps
 from kerasjit.hlo import parse_module
@@ -25,7 +26,7 @@ from tests.support import cpu_check
 from tests.support.bridge import bridge
 from tests.support.cpu_check import check
 from tests.support.structured_cases import REVERSED_WINDOW, conv_and_grads, rand
-from tests.support.targets import CPU
+from tests.support.targets import COPIED_TRANSPOSES, CPU
 
 CASES = {
     # 84 features: full blocks of vectors and a short one ending in a masked
@@ -40,6 +41,12 @@ CASES = {
     # 37 -> 21 features: the input gradient's weights copy runs in tiles
     # (codegen.TILE), cut short at both edges
     "many_channels": (conv_and_grads(1, "SAME"), (rand(2, 7, 6, 37), rand(2, 1, 37, 21))),
+    # 6 output rows against a contraction of 3 x 3 x 37: the input gradient reads
+    # the weights' 40 features at a stride (blocks of dot products, the last one
+    # short, over 37 features in vectors and a masked part)
+    "few_rows": (conv_and_grads(1, "SAME"), (rand(1, 3, 2, 40), rand(3, 3, 40, 37))),
+    # 15 output rows: blocks of dot products of 4 rows and of 3
+    "odd_rows": (conv_and_grads(1, "SAME"), (rand(1, 5, 3, 20), rand(3, 3, 20, 18))),
 }
 
 
@@ -75,15 +82,53 @@ def test_sliced_contractions_and_threads_match_evaluator(name, monkeypatch, no_c
     check_compiled(fn, args)
 
 
-@pytest.mark.parametrize("name, transposed", [("many_channels", (2, 1, 21, 37)),
-                                              ("transposed_rhs", None)])
-def test_an_input_gradients_weights_are_copied_transposed_in_tiles(name, transposed):
-    """The copy with output features innermost reads the weights a whole row
-    apart: it runs in square tiles (and the copy of a Dense layer's W^T too)."""
+@pytest.mark.parametrize("name, stride", [
+    ("few_rows", 37), ("odd_rows", 18), ("transposed_rhs", 150), ("transposed_rhs_heads", 40),
+    ("many_channels", None)])
+def test_an_input_gradients_weights_are_read_where_they_lie_where_rows_are_few(name, stride):
+    """dY W^T (a convolution's or a Dense layer's input gradient) reads W's
+    features at a stride, the contraction contiguous, and its window reversed:
+    no copy of W, transposed or reversed. With many rows against the
+    contraction, the copy and the usual blocks are faster: W is copied."""
     fn, args = CASES[name] if name in CASES else DOTS[name]
     module = bridge(fn, *args)
     optimize_as_configured(module)
-    copies = [s for s in leaf_steps(lower(module, CPU).steps)
+    steps = list(leaf_steps(lower(module, CPU).steps))
+    weights = args[-1].shape
+    copies = [s for s in steps if isinstance(s, LoopKernel)
+              and math.prod(s.dims) == math.prod(weights)]
+    strided = [s.b_feature_stride for s in steps if isinstance(s, ImplicitGemm)
+               and s.b_feature_stride != 1]
+    if stride is None:
+        assert len(copies) == 1 and copies[0].transposes and not strided
+    else:
+        assert not copies and strided == [stride]
+    check_compiled(fn, args)
+
+
+@pytest.mark.parametrize("lanes", [16, 8])
+def test_dot_product_blocks_split_over_threads_match_evaluator(lanes, monkeypatch,
+                                                               no_compile_cache):
+    """Blocks of 4 rows by 6 features on AVX-512, 2 by 6 on AVX2."""
+    monkeypatch.setattr(engine, "vector_lanes", lambda: lanes)
+    monkeypatch.setattr(cpu_check, "BACKEND", CpuBackend())
+    monkeypatch.setattr(implicit_gemm, "SPLIT_WORK", 0)
+    for fn, args in (CASES["few_rows"], CASES["odd_rows"], DOTS["transposed_rhs_heads"]):
+        check_compiled(fn, args)
+
+
+@pytest.mark.parametrize("name, transposed", [("many_channels", (2, 1, 21, 37)),
+                                              ("transposed_rhs", None)])
+def test_where_weights_are_not_read_at_a_stride_they_are_copied_in_tiles(
+        name, transposed, monkeypatch, no_compile_cache):
+    """The copy with output features innermost reads the weights a whole row
+    apart: it runs in square tiles (and the copy of a Dense layer's W^T too)."""
+    monkeypatch.setattr(CpuBackend, "target", COPIED_TRANSPOSES)
+    monkeypatch.setattr(cpu_check, "BACKEND", CpuBackend())
+    fn, args = CASES[name] if name in CASES else DOTS[name]
+    module = bridge(fn, *args)
+    optimize_as_configured(module)
+    copies = [s for s in leaf_steps(lower(module, COPIED_TRANSPOSES).steps)
               if isinstance(s, LoopKernel) and s.transposes]
     assert len(copies) == 1
     if transposed is not None:
@@ -216,12 +261,12 @@ DOTS = {
     # two contracting dims (an output projection over heads and width)
     "two_contractions": (lambda x, w: tf.einsum("bthd,hdc->btc", x, w),
                          (rand(2, 19, 4, 8), rand(4, 8, 40))),
-    # a Dense layer's input gradient, dY W^T: W copied with its features innermost
+    # a Dense layer's input gradient, dY W^T: W's features read at a stride
     "transposed_rhs": (lambda g, w: tf.matmul(g, w, transpose_b=True),
-                       (rand(64, 50), rand(96, 50))),
-    # ... over heads: the copy's contracting dims in the dot's order
+                       (rand(20, 150), rand(96, 150))),
+    # ... over heads (W's two free dims read as one, at a stride)
     "transposed_rhs_heads": (lambda g, w: tf.einsum("btd,chd->bthc", g, w),
-                             (rand(2, 19, 24), rand(20, 3, 24))),
+                             (rand(1, 17, 40), rand(20, 3, 40))),
 }
 
 
@@ -235,15 +280,17 @@ def test_dots_as_implicit_gemms_match_evaluator(name):
     check_compiled(fn, args)
 
 
-def test_a_transposed_rhs_is_copied_once_for_all_its_products():
+def test_a_transposed_rhs_is_copied_once_for_all_its_products(monkeypatch, no_compile_cache):
     """W^T read by two products (two Dense layers' input gradients off one
-    weight): one copy with its features innermost serves both."""
+    weight), where it is copied: one copy with its features innermost serves both."""
+    monkeypatch.setattr(CpuBackend, "target", COPIED_TRANSPOSES)
+    monkeypatch.setattr(cpu_check, "BACKEND", CpuBackend())
     fn, args = (lambda a, b, w: (tf.matmul(a, w, transpose_b=True),
                                  tf.matmul(b, w, transpose_b=True)),
                 (rand(64, 50), rand(40, 50), rand(96, 50)))
     module = bridge(fn, *args)
     optimize_as_configured(module)
-    kinds = [type(s).__name__ for s in leaf_steps(lower(module, CPU).steps)]
+    kinds = [type(s).__name__ for s in leaf_steps(lower(module, COPIED_TRANSPOSES).steps)]
     assert kinds == ["LoopKernel", "ImplicitGemm", "ImplicitGemm"]
     check_compiled(fn, args)
 

@@ -64,8 +64,8 @@ def test_narrow_products_match_evaluator(shape, layout, monkeypatch):
 @pytest.mark.parametrize("lanes", [16, 8])
 @pytest.mark.parametrize("shape", PACKED_SHAPES)
 def test_wider_batched_products_with_transposed_rhs(shape, lanes, monkeypatch):
-    """(Unbatched, such a product is an implicit GEMM on a copy of B: the
-    packed form serves batched ones, attention's.)"""
+    """(Unbatched, such a product is an implicit GEMM reading B at a stride:
+    the packed form serves batched ones, attention's.)"""
     monkeypatch.setattr(engine, "vector_lanes", lambda: lanes)
     m, n, k = shape
     module = parse_module(f"""HloModule packed
