@@ -8,7 +8,7 @@ the other stores still read the old value. Saves a fresh array per variable
 per step.
 """
 from .ir import (Const, GemmCall, ImplicitGemm, Index, Load, LoopKernel, ScatterKernel, WhileLoop,
-                 nested_steps, rename_buffer, walk)
+                 nested_steps, rename_buffer, same_expr, walk)
 from .storage import loaded, touched, writes
 
 
@@ -93,19 +93,41 @@ def _store_over(steps, new, old, writers, last_touch, renames):
 def update_in_place(steps, new, old):
     """Make `steps` build `new` in `old`'s memory where `new` starts as a plain
     copy of `old` (a dynamic-update-slice: the copy, then the window written)
-    and no step after the copy touches `old`: the copy goes. Returns whether it did."""
+    and `old` is not read once it would change: the copy goes. Before the
+    window's kernel, steps may read `old`; that kernel may read it at the
+    element it writes (a list's item read, updated and stored back: a
+    recurrent layer's gradient accumulated per step); no later step may touch
+    it. Returns whether it did."""
     first = next((i for i, s in enumerate(steps) if new in writes(s)), None)
     if first is None or type(steps[first]) is not LoopKernel:
         return False
     copy = steps[first]
     (stored, value), *more = copy.stores
     if more or stored != new or not isinstance(value, Load) or value.buffer != old \
-            or not _at_loop_index(value, copy.dims) \
-            or any(old in touched(s) for s in steps[first + 1:]):
+            or not _at_loop_index(value, copy.dims):
         return False
+    window = next((i for i in range(first + 1, len(steps)) if new in writes(steps[i])),
+                  len(steps))
+    for i in range(first + 1, len(steps)):
+        step = steps[i]
+        if old not in touched(step):
+            continue
+        if old in writes(step) or i > window or i == window and not (
+                isinstance(step, ScatterKernel) and not step.ordered
+                and _reads_only_at(step, {old, new})):
+            return False
     del steps[first]
     rename_buffers(steps, {new: old})
     return True
+
+
+def _reads_only_at(window, bids):
+    """Whether window kernel `window` loads the buffers `bids` only at the
+    element it stores (its target), and its target reads none of them."""
+    def loads(exprs):
+        return [n for e in exprs for n in walk(e) if isinstance(n, Load) and n.buffer in bids]
+    return not loads(window.target) and all(
+        same_expr(n.index, window.target) for n in loads(e for _, e in window.stores))
 
 
 def rename_buffers(steps, renames):

@@ -311,6 +311,17 @@ def kernel_exprs(kernel):
     return exprs
 
 
+def same_expr(a, b):
+    """Whether two expressions compute the same value by the same steps (equal
+    structure; expressions compare by identity): short ones, as indices are."""
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(same_expr(x, y) for x, y in zip(a, b))
+    if not isinstance(a, Expr) or not isinstance(b, Expr):
+        return a == b
+    return a is b or type(a) is type(b) and all(
+        same_expr(getattr(a, f.name), getattr(b, f.name)) for f in fields(a))
+
+
 def walk(expr, into_reductions=True):
     """Every node of an expression DAG once, operands before users. Without
     `into_reductions`, a Reduce's bodies (which run inside its loop) are skipped."""

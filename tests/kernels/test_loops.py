@@ -5,7 +5,9 @@ from kerasjit.hlo import parse_module
 from kerasjit.kernels.ir import LoopKernel, ScatterKernel, WhileLoop, leaf_steps
 from kerasjit.compiler import lower
 from kerasjit.passes import optimize
-from tests.support.loop_text import LIST_LOOP, NESTED
+import pytest
+
+from tests.support.loop_text import LIST_LOOP, NESTED, accumulating_loop
 from tests.support.targets import PATCHES
 
 
@@ -27,6 +29,21 @@ def test_list_loop_is_one_while_step_writing_its_list_in_place():
                 and tuple(k.dims) == (5, 3)]
     (row,) = [k for k in leaf_steps(loop.body) if isinstance(k, ScatterKernel)]
     assert row.stores[0][0] in loop.state and not row.ordered
+
+
+@pytest.mark.parametrize("read_row, in_place", [("add(s32[] %a.i, s32[] %a.zero)", True),
+                                               ("subtract(s32[] %a.four, s32[] %a.i)", False)])
+def test_a_list_item_read_updated_and_stored_back_is_written_in_place(read_row, in_place):
+    """seq[i] = seq[i] + x: the window's kernel reads the list only at the
+    element it writes, so the list is not copied each step (as it must be
+    where the item read is another one: seq[i] = seq[4 - i] + x)."""
+    program = _program(accumulating_loop(read_row))
+    (loop,) = [s for s in program.steps if isinstance(s, WhileLoop)]
+    whole = [k for k in leaf_steps(loop.body) if isinstance(k, LoopKernel)
+             and not isinstance(k, ScatterKernel) and tuple(k.dims) in ((5, 3), (15,))]
+    assert (not whole) == in_place
+    (row,) = [k for k in leaf_steps(loop.body) if isinstance(k, ScatterKernel)]
+    assert (row.stores[0][0] in loop.state) == in_place
 
 
 def test_a_state_permuted_by_the_body_is_copied_aside_first():

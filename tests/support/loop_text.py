@@ -40,6 +40,44 @@ LIST_LOOP = hlo(f"""  %seq = f32[5,3] parameter(0)
   %out = f32[5,3] get-tuple-element({_STATE} %loop), index=2
   ROOT %t = (f32[3], f32[5,3]) tuple(f32[3] %acc, f32[5,3] %out)""", LIST_LOOP_CALLEES)
 
+def accumulating_loop(read_row):
+    """A loop over (i, seq[5,3], g[3]) while i < 5: seq[i] = seq[read_row] + g * i
+    (`read_row`: an s32 expression of %a.i): with "%a.i", a list's item read,
+    updated and stored back, as a recurrent layer's gradient accumulates per step."""
+    state = "(s32[], f32[5,3], f32[3])"
+    return hlo(f"""  %seq = f32[5,3] parameter(0)
+  %g = f32[3] parameter(1)
+  %i0 = s32[] constant(0)
+  %init = {state} tuple(s32[] %i0, f32[5,3] %seq, f32[3] %g)
+  %loop = {state} while({state} %init), condition=%a.cond, body=%a.body
+  ROOT %out = f32[5,3] get-tuple-element({state} %loop), index=1""", f"""%a.cond (c.p: {state}) -> pred[] {{
+  %c.p = {state} parameter(0)
+  %c.i = s32[] get-tuple-element({state} %c.p), index=0
+  %c.n = s32[] constant(5)
+  ROOT %c.lt = pred[] compare(s32[] %c.i, s32[] %c.n), direction=LT
+}}
+
+%a.body (a.p: {state}) -> {state} {{
+  %a.p = {state} parameter(0)
+  %a.i = s32[] get-tuple-element({state} %a.p), index=0
+  %a.seq = f32[5,3] get-tuple-element({state} %a.p), index=1
+  %a.g = f32[3] get-tuple-element({state} %a.p), index=2
+  %a.zero = s32[] constant(0)
+  %a.four = s32[] constant(4)
+  %a.at = s32[] {read_row}
+  %a.row = f32[1,3] dynamic-slice(f32[5,3] %a.seq, s32[] %a.at, s32[] %a.zero), dynamic_slice_sizes={{1,3}}
+  %a.fi = f32[] convert(s32[] %a.i)
+  %a.fb = f32[3] broadcast(f32[] %a.fi), dimensions={{}}
+  %a.gi = f32[3] multiply(f32[3] %a.g, f32[3] %a.fb)
+  %a.step = f32[1,3] reshape(f32[3] %a.gi)
+  %a.sum = f32[1,3] add(f32[1,3] %a.row, f32[1,3] %a.step)
+  %a.seq2 = f32[5,3] dynamic-update-slice(f32[5,3] %a.seq, f32[1,3] %a.sum, s32[] %a.i, s32[] %a.zero)
+  %a.one = s32[] constant(1)
+  %a.i2 = s32[] add(s32[] %a.i, s32[] %a.one)
+  ROOT %a.t = {state} tuple(s32[] %a.i2, f32[5,3] %a.seq2, f32[3] %a.g)
+}}""")
+
+
 # Nested loops with a nested tuple state and a swap: the inner loop runs j
 # to i, exchanging (a, b) and adding; the outer one counts i to 4.
 _INNER = "(s32[], (f32[2], f32[2]))"

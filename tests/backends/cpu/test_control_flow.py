@@ -13,12 +13,19 @@ from tests.hlo.test_control_flow import _rnn_with_grads
 from tests.support.bridge import bridge
 from tests.support.cpu_check import check
 from tests.support.loop_text import (INDEX_CONDITIONAL, LIST_LOOP, NESTED, PRED_CONDITIONAL,
-                                     RNG_LOOP)
+                                     RNG_LOOP, accumulating_loop)
 
 
 def test_list_loop():
     seq = np.arange(15, dtype=np.float32).reshape(5, 3) / 7
     check(parse_module(LIST_LOOP), [seq, np.array([0.5, -1.0, 2.0], np.float32)])
+
+
+@pytest.mark.parametrize("read_row", ["add(s32[] %a.i, s32[] %a.zero)",
+                                      "subtract(s32[] %a.four, s32[] %a.i)"])
+def test_list_items_read_updated_and_stored_back(read_row):
+    seq = np.arange(15, dtype=np.float32).reshape(5, 3) / 7
+    check(parse_module(accumulating_loop(read_row)), [seq, np.array([0.5, -1.0, 2.0], np.float32)])
 
 
 def test_nested_loops_with_a_swap():
