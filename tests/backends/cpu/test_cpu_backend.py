@@ -254,6 +254,18 @@ def test_f32_tanh_is_within_two_ulps_and_keeps_its_edges():
     np.testing.assert_array_equal(got[-1:], tf.tanh(edges[-1:]).numpy())   # a denormal: 0
 
 
+def test_f32_sigmoid_is_within_three_ulps_and_keeps_its_edges():
+    """f32 sigmoid: 1 / (1 + e^-x), e^-x generated arithmetic."""
+    import kerasjit
+    sigmoid = kerasjit.jit(lambda a: tf.sigmoid(a), race=False)
+    x = np.random.default_rng(3).uniform(-30, 30, 1 << 16).astype(np.float32)
+    exact = 1 / (1 + np.exp(-x.astype(np.float64)))
+    ulps = np.abs(sigmoid(x) - exact) / np.spacing(exact.astype(np.float32))
+    assert ulps.max() <= 3.0
+    edges = np.array([np.inf, -np.inf, np.nan, 0.0, 100, -100, -88.5, 1e-40], np.float32)
+    np.testing.assert_array_equal(sigmoid(edges), [1, 0, np.nan, 0.5, 1, 0, 0, 0.5])
+
+
 def test_f32_erf_is_within_three_ulps_and_keeps_its_edges():
     """f32 erf (gelu's), like exp, is generated arithmetic: a polynomial below
     0.875 and exp-based above, one selected without branching."""
