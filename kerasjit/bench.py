@@ -133,7 +133,8 @@ def _convolution_form(kernel):
     """'forward, implicit GEMM' and the like for a convolution's kernel-profile
     label, else None."""
     op = next((form for word, form in _OPS if word in kernel.lower()), None)
-    kind = "implicit GEMM" if "implicit GEMM" in kernel else \
+    kind = "implicit GEMM, dot products" if "dot products" in kernel else \
+        "implicit GEMM" if "implicit GEMM" in kernel else \
         "patches + sgemm" if "sgemm" in kernel else None
     return op and kind and f"{op}, {kind}"
 

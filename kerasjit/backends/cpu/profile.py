@@ -65,8 +65,9 @@ def _label(step):
         batch = f"{step.count} x " if step.batch else ""
         return f"{step.name} ({kind} {batch}{step.m}x{step.n}x{step.k})"
     if isinstance(step, ImplicitGemm):
+        dots = ", dot products" if step.b_feature_stride != 1 else ""
         epilogue = " + epilogue" if step.epilogue is not None else ""
-        return f"{step.name} (implicit GEMM {step.m}x{step.n}x{step.k}{epilogue})"
+        return f"{step.name} (implicit GEMM {step.m}x{step.n}x{step.k}{dots}{epilogue})"
     return f"{step.name} ({'x'.join(map(str, step.dims))})"
 
 

@@ -315,9 +315,9 @@ def test_f32_log_is_within_an_ulp_and_keeps_its_edges():
     log = kerasjit.jit(lambda a: tf.math.log(a), race=False)
     x = np.exp(np.random.default_rng(3).uniform(-87, 88, 1 << 16)).astype(np.float32)
     denormals = np.random.default_rng(4).integers(1, 1 << 23, 1000).astype(np.int32).view(np.float32)
-    for values in (x, denormals):
-        exact = np.log(values.astype(np.float64))
-        ulps = np.abs(log(values) - exact) / np.spacing(np.abs(exact).astype(np.float32))
+    for operand in (x, denormals):
+        exact = np.log(operand.astype(np.float64))
+        ulps = np.abs(log(operand) - exact) / np.spacing(np.abs(exact).astype(np.float32))
         assert ulps.max() <= 1.0
     edges = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, -1.0, -1e-40, 1.0], np.float32)
     np.testing.assert_array_equal(log(edges), [np.inf, np.nan, np.nan, -np.inf, -np.inf,
