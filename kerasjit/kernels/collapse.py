@@ -53,10 +53,39 @@ def _mergeable(kernel, buffers, uses, d):
 
 
 def collapse_dims(kernel, buffers):
-    """`kernel` (a LoopKernel) with every run of mergeable adjacent dims merged;
-    the kernel itself where none are."""
+    """`kernel` (a LoopKernel) with every run of mergeable adjacent dims merged,
+    then its unit dims dropped; the kernel itself where there is neither."""
     if type(kernel) is not LoopKernel or len(kernel.dims) < 2:
         return kernel
+    merged = _merged(kernel, buffers)
+    fewer = _without_unit_dims(merged)
+    # (A reduction left with a last dim over 1 would accumulate its rows in place,
+    # addressed by its output's own dims: it keeps them.)
+    return merged if rows_can_accumulate(fewer, buffers) else fewer
+
+
+def _without_unit_dims(kernel):
+    """`kernel` without its loop dims of 1 (their index is 0): threads split a
+    kernel's first dim, and a 1x1 convolution's weights, (1, 1, 1024, 2048),
+    merged to (1, 1, 2097152), had left its optimizer update on one thread.
+    Its stores keep their places (row-major over the loop dims either way).
+    Not a tiled transposing copy, whose two innermost dims are its tiles'."""
+    if kernel.transposes or 1 not in kernel.dims or set(kernel.dims) == {1}:
+        return kernel
+    new_dim, kept = {}, []
+    for d, extent in enumerate(kernel.dims):
+        if extent != 1:
+            new_dim[d] = len(kept)
+            kept.append(extent)
+    zero, memo = Const(S64, 0), {}
+    stores = [(bid, map_nodes(expr, Index, lambda i: Index(S64, new_dim[i.dim])
+                              if i.dim in new_dim else zero, memo))
+              for bid, expr in kernel.stores]
+    return replace(kernel, dims=tuple(kept), stores=stores)
+
+
+def _merged(kernel, buffers):
+    """`kernel` with every run of mergeable adjacent dims merged."""
     uses = _positions(kernel)
     merge = [_mergeable(kernel, buffers, uses, d) for d in range(len(kernel.dims) - 1)]
     if not any(merge):

@@ -1,6 +1,7 @@
 """Adjacent loop dims merge where the kernel uses their indices only to
 address memory laid out like the loop: a [784, 10] update runs as one loop
-of 7840 (the inner 10 is too short for vectors), with the same results.
+of 7840 (the inner 10 is too short for vectors), with the same results; dims
+of 1 are dropped.
 And the innermost one splits where a reshape addresses memory by its
 quotient and remainder: an attention head's 16 columns a loop of their own."""
 import pytest
@@ -68,10 +69,16 @@ def test_a_partly_broadcast_operand_merges_the_dims_it_reads_in_full():
   ROOT %y = f32[4,6,8] multiply(%x, %b)""")) == (4, 48)
 
 
-def test_unit_dims_stay_apart():
+def test_unit_dims_are_dropped():
+    # (Threads split a kernel's first dim: a 1x1 convolution's weight update,
+    # (1, 1, 64, 96), must not leave them a dim of 1.)
     assert collapsed_dims(hlo("""
   %x = f32[2,1,3] parameter(0)
-  ROOT %y = f32[2,1,3] abs(%x)""")) == (2, 1, 3)
+  ROOT %y = f32[2,1,3] abs(%x)""")) == (2, 3)
+    assert collapsed_dims(hlo("""
+  %w = f32[1,1,64,96] parameter(0)
+  %g = f32[1,1,64,96] parameter(1)
+  ROOT %y = f32[1,1,64,96] subtract(%w, %g)""")) == (6144,)
 
 
 def test_a_unit_dim_broadcast_by_skipping_its_index_keeps_the_dims():
