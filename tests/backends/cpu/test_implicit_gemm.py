@@ -137,6 +137,26 @@ def test_where_weights_are_not_read_at_a_stride_they_are_copied_in_tiles(
     check_compiled(fn, args)
 
 
+def test_an_epilogue_updates_each_row_in_vectors_without_run_time_checks():
+    """A convolution's bias and ReLU run over each block's rows in place in C,
+    vectorised: the element is read and written through one pointer, so LLVM
+    needs no run-time check that the two do not overlap (which failed for an
+    update in place, and sent every row but the first to scalar code). Rows of
+    32 output positions: blocks of 11 and 10 rows."""
+    fn = lambda x, w, b: tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME") + b)  # noqa: E731
+    args = (rand(2, 32, 32, 3), rand(3, 3, 3, 32), rand(32))
+    module = bridge(fn, *args)
+    optimize_as_configured(module)
+    program = lower(module, CPU)
+    assert [s.epilogue is not None for s in leaf_steps(program.steps)
+            if isinstance(s, ImplicitGemm)] == [True]
+    text, _, _ = render_program(program, "epilogue_test", lanes=engine.vector_lanes())
+    optimized = str(engine.optimize(text))
+    assert re.search(r"@llvm\.maximum\.v\d+f32\(", optimized)       # the ReLU in vectors
+    assert not re.search(r"@llvm\.maximum\.f32\(", optimized)        # and nowhere one by one
+    check_compiled(fn, args)
+
+
 def test_layouts_it_does_not_take_compile_as_patches_and_sgemm():
     def channels_first(x, w):
         return tf.nn.conv2d(x, w, 1, "SAME", data_format="NCHW")
