@@ -204,7 +204,11 @@ class ImplicitGemm:
     set, is the value finally stored at each element of C: an expression of
     the loop index over C's dims reading C itself only at that index (a bias
     add and activation, run on each block of rows while it is in cache;
-    epilogues.py)."""
+    epilogues.py). `parts` > 1: the outermost contraction level is cut into
+    that many equal runs, run p summed into copy p of C, p * `part_stride`
+    elements on (a step after adds the copies up: split_reductions.py), so
+    that threads given different runs each stream only their run of the
+    operands."""
     name: str
     out: int
     lhs: int              # A
@@ -216,6 +220,8 @@ class ImplicitGemm:
     b_offset: int = 0
     epilogue: Expr = None
     b_feature_stride: int = 1
+    parts: int = 1
+    part_stride: int = 0
 
     @property
     def m(self):

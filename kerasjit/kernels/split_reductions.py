@@ -13,13 +13,21 @@ Only combiners whose results do not depend on the grouping are split:
 maximum, minimum, and, or, and integer sums and products, exactly; float
 sums this large, whose terms are added in any order already (vectors of
 partial sums), round differently only.
+
+An ImplicitGemm of few sums over a long contraction (a filter gradient: 75
+sums of 682112 products) splits alike: threads share its row blocks, but
+each block runs over all of the contraction, so every thread streamed all of
+both operands (the elephant CNN's 174 MB output gradient, once per core). In
+runs (ImplicitGemm.parts), each thread streams its runs only, into copies of
+C that a second kernel adds up in order.
 """
 import math
 from dataclasses import replace
 
 from . import indexing as ix
 from .collapse import rows_can_accumulate
-from .ir import S64, Buffer, Index, Load, LoopKernel, Op, Reduce, ReduceVar, Var, map_nodes
+from .ir import (S64, Buffer, Const, ImplicitGemm, Index, Load, LoopKernel, Op, Reduce, ReduceVar,
+                 Var, map_nodes)
 
 # A row's parts: fixed, not the thread count, so that results do not depend on it.
 PARTS = 8
@@ -27,6 +35,12 @@ PARTS = 8
 # Terms (results x terms each) from which a second core's memory bandwidth
 # pays for the second stage (a bias gradient of 128x11x11 rows of 64: ~2^20).
 MIN_TERMS = 1 << 19
+
+# A contraction's operands streamed along it (bytes of B) from which reading
+# them once, not once per thread, pays; and its copies of C: written and read
+# again, at most half of B.
+MIN_STREAMED_BYTES = 1 << 20
+COPIES_OF_B = 0.5
 
 # Combiners split: any order of terms gives the same result (float sums: but for rounding).
 _GROUPING_FREE = ("maximum", "minimum", "and", "or", "add")
@@ -94,12 +108,34 @@ def split_kernel(kernel, buffers):
     return partials, partial_buffer, replace(kernel, stores=[(bid, fold)])
 
 
+def split_contraction(step, buffers):
+    """(ImplicitGemm in runs, its copies' buffer, the kernel adding them into
+    C) for an ImplicitGemm whose operands along the contraction are large
+    against C, with no epilogue (it would see partial sums); else None."""
+    if not isinstance(step, ImplicitGemm) or step.epilogue is not None or step.parts != 1:
+        return None
+    parts = _parts(step.depth[0][0])
+    if parts == 1 or step.k * step.n * 4 < MIN_STREAMED_BYTES \
+            or 2 * parts * step.m > COPIES_OF_B * step.k:
+        return None
+    dims = buffers[step.out].dims
+    copies = Buffer(len(buffers), "f32", (parts, *dims), "temp",
+                    name=f"{buffers[step.out].name}.parts")
+    runs = replace(step, out=copies.id, parts=parts, part_stride=math.prod(dims))
+    acc, cur = Var("f32", f"{step.name}.acc"), Var("f32", f"{step.name}.cur")
+    copy = Load("f32", copies.id, (ReduceVar(S64, 0, 0), *(Index(S64, d) for d in range(len(dims)))))
+    total = Reduce("f32", 0, (parts,), (acc,), (cur,), (Op("f32", "add", (acc, cur)),),
+                   (Const("f32", 0.0),), (copy,))
+    return runs, copies, LoopKernel(f"{step.name}_parts", dims, [(step.out, total)],
+                                    reduction=True)
+
+
 def split_reductions(program):
-    """The kernel-IR pass: each top-level loop kernel split_kernel splits,
-    replaced by its two stages."""
+    """The kernel-IR pass: each top-level loop kernel split_kernel splits, and
+    each ImplicitGemm split_contraction does, replaced by its two stages."""
     steps = []
     for step in program.steps:
-        split = split_kernel(step, program.buffers)
+        split = split_kernel(step, program.buffers) or split_contraction(step, program.buffers)
         if split is None:
             steps.append(step)
             continue

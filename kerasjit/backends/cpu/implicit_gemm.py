@@ -12,6 +12,11 @@ thread's blocks take one slice before the next (partial sums kept in C), so B
 streams from memory once per thread, not once per block. An epilogue
 (epilogues.py) runs over each block's rows after their last slice, in place.
 
+A contraction cut into runs (ImplicitGemm.parts: a filter gradient, few sums
+over a long contraction) adds the run to the outermost index of the block
+space, so that each thread takes whole runs, and runs them one after
+another: each streams its runs of A and B, not all of them.
+
 Where B holds its features at a stride (ImplicitGemm.b_feature_stride: an
 input gradient's weights as they lie, the contraction contiguous in A and B),
 a block is a few rows by a few features of dot products instead: an
@@ -45,6 +50,10 @@ class Blocking:
 
     def __init__(self, step, code):
         lanes, acc_budget = code.lanes, code.acc_budget
+        # The contraction one run covers (all of it where there is one run).
+        self.parts = step.parts
+        (outermost, a, b), *inner = step.depth
+        self.depth = [(outermost // step.parts, a, b), *inner]
         self.dots = step.b_feature_stride != 1
         if self.dots:
             # Rows x features accumulators, a vector of each row of A and one of B
@@ -64,7 +73,8 @@ class Blocking:
         self.per_outer = math.ceil(step.rows[0] / most)
         self.rows, self.wide = divmod(step.rows[0], self.per_outer)
         self.outer_total = math.prod(e for e, _, _ in step.outer)
-        self.total = len(self.feature_blocks) * self.outer_total * self.per_outer
+        self.per_part = len(self.feature_blocks) * self.outer_total * self.per_outer
+        self.total = self.per_part * self.parts
         if self.dots:
             # No slices (a block's rows of A and of B fit L1 whole); the smaller operand
             # is the one read again: A's rows stay in L1 while every feature block
@@ -74,7 +84,7 @@ class Blocking:
         # Slices: the outermost contraction level whose every iteration reads less
         # of B than the budget is cut into runs of `slice` iterations; each slice
         # is one such run at one index of the levels outside it.
-        extents = [e for e, _, _ in step.depth]
+        extents = [e for e, _, _ in self.depth]
         budget = L1_SLICE_BYTES if step.m * step.n * 4 <= SMALL_C_BYTES else SLICE_BYTES
         self.level = next(lv for lv in range(len(extents))
                           if math.prod(extents[lv + 1:]) * width * 4 <= budget)
@@ -98,30 +108,58 @@ class _Emitter(VectorCode):
         self.extra = self.fn.args[3:3 + extra]
         self.chunk, self.lo, self.hi = self.fn.args[3 + extra:]
         self.plan = Blocking(step, self)
+        self.run = None     # the contraction run being emitted (an i64), if cut into runs
 
     def const(self, value):
         return ir.Constant(I64, value)
 
     def emit(self):
         plan, b = self.plan, self.b
-        if plan.slices > 1:
-            counted_loop(b, self.fn, plan.slices, self._blocks)
-        else:
-            self._blocks(None)
+        if plan.parts == 1:
+            self._slices(self.lo, self.hi)
+        else:         # blocks [lo, hi) run by run: each run's part of them, all its slices
+            per = self.const(plan.per_part)
+            first = b.udiv(self.lo, per)
+            end = b.udiv(b.add(self.hi, self.const(plan.per_part - 1)), per)
+
+            def run(r):
+                self.run = r
+                start = b.mul(r, per)
+                lo, hi = b.sub(self.lo, start), b.sub(self.hi, start)
+                self._slices(b.select(b.icmp_signed(">", lo, self.const(0)), lo, self.const(0)),
+                             b.select(b.icmp_signed("<", hi, per), hi, per))
+            run_time_loop(b, self.fn, first, end, run, unroll=False)
         b.ret_void()
         return self.fn
 
-    def _blocks(self, part):
-        """This thread's blocks for contraction slice `part` (None: the whole)."""
+    def _slices(self, lo, hi):
+        """Blocks [lo, hi) (of one run), slice after slice."""
+        if self.plan.slices > 1:
+            counted_loop(self.b, self.fn, self.plan.slices,
+                         lambda part: self._blocks(part, lo, hi))
+        else:
+            self._blocks(None, lo, hi)
+
+    def _run_terms(self, operand):
+        """The offset of the current run in A (0), B (1) or C (2): none for one run."""
+        if self.run is None:
+            return []
+        outermost = self.s.depth[0]
+        stride = self.s.part_stride if operand == 2 else \
+            self.plan.depth[0][0] * outermost[1 + operand]
+        return [(self.run, stride)]
+
+    def _blocks(self, part, lo, hi):
+        """Blocks [lo, hi) for contraction slice `part` (None: the whole)."""
         plan, b = self.plan, self.b
         sliced = None
         if part is not None:    # the slice's indices outside its level, and its run
-            *fixed, cut = unflatten(b, part, [e for e, _, _ in self.s.depth[:plan.level]]
+            *fixed, cut = unflatten(b, part, [e for e, _, _ in plan.depth[:plan.level]]
                                     + [plan.cuts])
-            lo = b.mul(cut, self.const(plan.slice))
-            hi = b.add(lo, self.const(plan.slice))
-            end = self.const(self.s.depth[plan.level][0])
-            sliced = fixed, lo, b.select(b.icmp_signed("<", hi, end), hi, end)
+            lo_k = b.mul(cut, self.const(plan.slice))
+            hi_k = b.add(lo_k, self.const(plan.slice))
+            end = self.const(plan.depth[plan.level][0])
+            sliced = fixed, lo_k, b.select(b.icmp_signed("<", hi_k, end), hi_k, end)
 
         def block(index):
             # (the outer levels' indices, row block), feature block inside or outside
@@ -161,7 +199,7 @@ class _Emitter(VectorCode):
                         bodies(b.mul(fb, self.const(plan.width)), plan.width)
                     with short:
                         bodies(full * plan.width, last)
-        run_time_loop(b, self.fn, self.lo, self.hi, block)
+        run_time_loop(b, self.fn, lo, hi, block)
 
     def _body(self, j0, width, count, part, sliced, at, row0):
         """One block: `count` rows from row `row0` by features [j0, j0 + width)
@@ -173,8 +211,10 @@ class _Emitter(VectorCode):
             return
         pieces = blocks(width, self.lanes)
         _, a_row, c_row = s.rows
-        a_base = self._offset(*[(i, a) for i, (_, a, _) in zip(at, s.outer)], (row0, a_row))
-        c_base = self._offset(*[(i, c) for i, (_, _, c) in zip(at, s.outer)], (row0, c_row), j0)
+        a_base = self._offset(*[(i, a) for i, (_, a, _) in zip(at, s.outer)], (row0, a_row),
+                              *self._run_terms(0))
+        c_base = self._offset(*[(i, c) for i, (_, _, c) in zip(at, s.outer)], (row0, c_row), j0,
+                              *self._run_terms(2))
         accs = self.accumulators(count * len(pieces))
         if part is not None:      # later slices add to what the earlier ones left in C
             later = b.icmp_unsigned("!=", part, self.const(0))
@@ -187,7 +227,7 @@ class _Emitter(VectorCode):
         def step(k):
             a_off = self._offset(a_base, *[(i, a) for i, (_, a, _) in zip(k, s.depth)])
             b_off = self._offset(*[(i, bs) for i, (_, _, bs) in zip(k, s.depth)],
-                                 s.b_offset, j0)
+                                 s.b_offset, j0, *self._run_terms(1))
             vectors = [self.load_vector(self.b_ptr, self._offset(b_off, p0), pw)
                        for p0, pw in pieces]
             for r in range(count):
@@ -214,9 +254,11 @@ class _Emitter(VectorCode):
         s, b = self.s, self.b
         stride = s.b_feature_stride
         _, a_row, c_row = s.rows
-        a_base = self._offset(*[(i, a) for i, (_, a, _) in zip(at, s.outer)], (row0, a_row))
-        c_base = self._offset(*[(i, c) for i, (_, _, c) in zip(at, s.outer)], (row0, c_row), j0)
-        b_base = self._offset((j0, stride), s.b_offset)
+        a_base = self._offset(*[(i, a) for i, (_, a, _) in zip(at, s.outer)], (row0, a_row),
+                              *self._run_terms(0))
+        c_base = self._offset(*[(i, c) for i, (_, _, c) in zip(at, s.outer)], (row0, c_row), j0,
+                              *self._run_terms(2))
+        b_base = self._offset((j0, stride), s.b_offset, *self._run_terms(1))
         accs = self.accumulators(count * width)
         contiguous = s.depth[-1][0]     # the innermost level: stride 1 in A and B
 
@@ -261,7 +303,7 @@ class _Emitter(VectorCode):
         elif sliced is not None and level == self.plan.level:
             run_time_loop(self.b, self.fn, *sliced[1:], inner, unroll=False)
         else:
-            counted_loop(self.b, self.fn, self.s.depth[level][0], inner, unroll=False)
+            counted_loop(self.b, self.fn, self.plan.depth[level][0], inner, unroll=False)
 
 
 def emit(module, step, name, lanes, extra=0, epilogue=None):
@@ -269,6 +311,7 @@ def emit(module, step, name, lanes, extra=0, epilogue=None):
     It takes `extra` more buffers after C, A and B (what the epilogue reads);
     `epilogue(emitter, row starts, first feature, features)`, if given, emits
     the epilogue over a block's rows (their offsets in C) once they are final."""
+    assert step.parts == 1 or epilogue is None, "a run's sums are partial: no epilogue"
     emitter = _Emitter(module, step, name, lanes, extra, epilogue)
     return emitter.emit(), emitter.plan.total
 

@@ -67,7 +67,8 @@ def _label(step):
     if isinstance(step, ImplicitGemm):
         dots = ", dot products" if step.b_feature_stride != 1 else ""
         epilogue = " + epilogue" if step.epilogue is not None else ""
-        return f"{step.name} (implicit GEMM {step.m}x{step.n}x{step.k}{dots}{epilogue})"
+        runs = f", {step.parts} runs" if step.parts > 1 else ""
+        return f"{step.name} (implicit GEMM {step.m}x{step.n}x{step.k}{dots}{epilogue}{runs})"
     return f"{step.name} ({'x'.join(map(str, step.dims))})"
 
 

@@ -19,7 +19,9 @@ from kerasjit.backends.cpu import CpuBackend, codegen, engine, implicit_gemm, pa
 from kerasjit.backends.cpu.codegen import render_program
 from kerasjit.kernels.ir import GemmCall, ImplicitGemm, LoopKernel, leaf_steps
 from kerasjit.hlo import parse_module
+from kerasjit.hlo.evaluator import evaluate
 from kerasjit.compiler import lower
+from kerasjit.kernels import split_reductions
 from kerasjit.passes import optimize_as_configured
 
 from tests.support import cpu_check
@@ -201,6 +203,54 @@ def test_bias_and_activation_run_as_the_convolutions_epilogue(name):
     assert not any(isinstance(s, LoopKernel) and s.dims == activation
                    and "maximum" in s.name for s in leaf_steps(program.steps))
     check_compiled(fn, args)
+
+
+def filter_gradient(x, w):
+    with tf.GradientTape() as tape:
+        tape.watch(w)
+        loss = tf.reduce_sum(tf.nn.conv2d(x, w, 1, "SAME") ** 2)
+    return tape.gradient(loss, w)
+
+
+def test_few_sums_over_a_long_contraction_run_in_parts_each_thread_streams_its_own(
+        monkeypatch, no_compile_cache):
+    """A filter gradient (27 sums of 1536 products here): its batch cut into
+    6 runs, each summed into its own copy of the result by the threads that
+    take it, the copies added in order after; threads whose blocks end inside
+    a run (4 threads over 6 runs), contraction slices within each run. The
+    result matches the evaluator and is the same bits on any thread count:
+    which thread sums a run changes no order of addition."""
+    monkeypatch.setattr(split_reductions, "MIN_STREAMED_BYTES", 0)
+    monkeypatch.setattr(implicit_gemm, "L1_SLICE_BYTES", 256)
+    monkeypatch.setattr(implicit_gemm, "SPLIT_WORK", 0)
+    args = (rand(6, 16, 16, 3), rand(3, 3, 3, 5))
+    module = bridge(filter_gradient, *args)
+    optimize_as_configured(module)
+    program = lower(module, CPU)
+    forward, gemm = [s for s in program.steps if isinstance(s, ImplicitGemm)]
+    assert forward.parts == 1 and (gemm.m, gemm.k, gemm.parts) == (27, 6 * 16 * 16, 6)
+    assert program.buffers[gemm.out].dims == (6, 3, 3, 3, 5)
+    want = evaluate(module, [np.asarray(a) for a in args])
+    results = []
+    try:
+        for threads in (1, 2, 4):
+            parallel.set_threads(threads)
+            (got,) = CpuBackend().compile(module)([np.asarray(a) for a in args])
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+            results.append(got)
+    finally:
+        parallel.set_threads(parallel.usable_cores())
+    assert all(np.array_equal(r, results[0]) for r in results)
+
+
+def test_a_short_contraction_or_many_sums_stay_whole():
+    """Where the copies of C would cost more than the operands once more per
+    thread (a forward convolution's many rows; a small gradient)."""
+    args = (rand(6, 16, 16, 3), rand(3, 3, 3, 5))
+    assert [s.parts for s in implicit_steps(conv_and_grads(1, "SAME"), args)] == [1, 1, 1]
+    big = (rand(32, 64, 64, 3), rand(3, 3, 3, 16))
+    forward, input_gradient, weights_gradient = implicit_steps(conv_and_grads(1, "SAME"), big)
+    assert (forward.parts, input_gradient.parts, weights_gradient.parts) == (1, 1, 8)
 
 
 def test_an_epilogue_runs_once_the_last_slice_is_summed(monkeypatch, no_compile_cache):
