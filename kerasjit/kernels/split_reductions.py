@@ -123,7 +123,8 @@ def split_contraction(step, buffers):
                     name=f"{buffers[step.out].name}.parts")
     runs = replace(step, out=copies.id, parts=parts, part_stride=math.prod(dims))
     acc, cur = Var("f32", f"{step.name}.acc"), Var("f32", f"{step.name}.cur")
-    copy = Load("f32", copies.id, (ReduceVar(S64, 0, 0), *(Index(S64, d) for d in range(len(dims)))))
+    index = (ReduceVar(S64, 0, 0), *(Index(S64, d) for d in range(len(dims))))
+    copy = Load("f32", copies.id, index)
     total = Reduce("f32", 0, (parts,), (acc,), (cur,), (Op("f32", "add", (acc, cur)),),
                    (Const("f32", 0.0),), (copy,))
     return runs, copies, LoopKernel(f"{step.name}_parts", dims, [(step.out, total)],

@@ -50,7 +50,8 @@ class Blocking:
 
     def __init__(self, step, code):
         lanes, acc_budget = code.lanes, code.acc_budget
-        # The contraction one run covers (all of it where there is one run).
+        # The contraction one run covers (all of it where there is one run): the
+        # emitter's loops run over these extents, never over step.depth's.
         self.parts = step.parts
         (outermost, a, b), *inner = step.depth
         self.depth = [(outermost // step.parts, a, b), *inner]
@@ -144,9 +145,8 @@ class _Emitter(VectorCode):
         """The offset of the current run in A (0), B (1) or C (2): none for one run."""
         if self.run is None:
             return []
-        outermost = self.s.depth[0]
-        stride = self.s.part_stride if operand == 2 else \
-            self.plan.depth[0][0] * outermost[1 + operand]
+        run, *strides = self.plan.depth[0]
+        stride = self.s.part_stride if operand == 2 else run * strides[operand]
         return [(self.run, stride)]
 
     def _blocks(self, part, lo, hi):
@@ -225,8 +225,8 @@ class _Emitter(VectorCode):
                             accs[r * len(pieces) + p])
 
         def step(k):
-            a_off = self._offset(a_base, *[(i, a) for i, (_, a, _) in zip(k, s.depth)])
-            b_off = self._offset(*[(i, bs) for i, (_, _, bs) in zip(k, s.depth)],
+            a_off = self._offset(a_base, *[(i, a) for i, (_, a, _) in zip(k, self.plan.depth)])
+            b_off = self._offset(*[(i, bs) for i, (_, _, bs) in zip(k, self.plan.depth)],
                                  s.b_offset, j0, *self._run_terms(1))
             vectors = [self.load_vector(self.b_ptr, self._offset(b_off, p0), pw)
                        for p0, pw in pieces]
@@ -260,11 +260,11 @@ class _Emitter(VectorCode):
                               *self._run_terms(2))
         b_base = self._offset((j0, stride), s.b_offset, *self._run_terms(1))
         accs = self.accumulators(count * width)
-        contiguous = s.depth[-1][0]     # the innermost level: stride 1 in A and B
+        contiguous = self.plan.depth[-1][0]     # the innermost level: stride 1 in A and B
 
         def step(k):
-            a_off = self._offset(a_base, *[(i, a) for i, (_, a, _) in zip(k, s.depth)])
-            b_off = self._offset(b_base, *[(i, bs) for i, (_, _, bs) in zip(k, s.depth)])
+            a_off = self._offset(a_base, *[(i, a) for i, (_, a, _) in zip(k, self.plan.depth)])
+            b_off = self._offset(b_base, *[(i, bs) for i, (_, _, bs) in zip(k, self.plan.depth)])
 
             def vector(at_k, lanes):
                 xs = [self.load_vector(self.a_ptr, self._offset(a_off, at_k, r * a_row), lanes)
@@ -279,7 +279,7 @@ class _Emitter(VectorCode):
                              unroll=False)
             if rest:
                 vector(whole * self.lanes, rest)
-        self._depth(0, [], None, step, len(s.depth) - 1)
+        self._depth(0, [], None, step, len(self.plan.depth) - 1)
         for r in range(count):
             sums = [self.lane_sum(b.load(accs[r * width + f], typ=self.vec)) for f in range(width)]
             self.store_vector(self.c_ptr, self._offset(c_base, r * c_row), 1,
@@ -292,7 +292,7 @@ class _Emitter(VectorCode):
         """The contraction's loops, outermost first (the first `levels` of them);
         with a slice, only its indices outside the sliced level and its run of
         that level."""
-        if level == (len(self.s.depth) if levels is None else levels):
+        if level == (len(self.plan.depth) if levels is None else levels):
             step(prefix)
             return
 
