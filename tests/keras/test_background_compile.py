@@ -3,6 +3,7 @@ in the background; the compiled step takes over between two steps."""
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import warnings
 
@@ -14,6 +15,7 @@ import kerasjit
 from kerasjit.backends import get_backend
 from kerasjit import step as step_module
 from kerasjit.compiler import Backend, Executable
+from kerasjit.errors import NotCached
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +51,8 @@ def _compiled_now(model):
 class _Watch(keras.callbacks.Callback):
     """Records, per batch, whether the compiled step ran it; holds the second
     epoch's start until the background compile is done (so the switch falls
-    inside this fit, after TensorFlow ran the first epoch)."""
+    inside this fit, after TensorFlow ran the first epoch), releasing first a
+    _HeldBackend's code."""
 
     def __init__(self):
         super().__init__()
@@ -60,6 +63,9 @@ class _Watch(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         if epoch == 0:
+            backend = self.model._kerasjit.train.backend
+            if isinstance(backend, _HeldBackend):
+                backend.released.set()
             for job in self.model._kerasjit.train.compiling.values():
                 job.done.wait()
 
@@ -70,6 +76,7 @@ def test_training_starts_in_tensorflow_and_hands_over_to_the_compiled_step_exact
     history = plain.fit(x, y, batch_size=32, epochs=3, shuffle=False, verbose=0)
     # (race=False: no verdict that might hand a step this small back to TensorFlow)
     model = kerasjit.wrap(_model(), background=True, race=False)
+    model._kerasjit.train.backend = _HeldBackend()
     watch = _Watch()
     jit_history = model.fit(x, y, batch_size=32, epochs=3, shuffle=False, verbose=0,
                             callbacks=[watch])
@@ -119,11 +126,21 @@ class _Slow(Executable):
         return self.inner(args)
 
 
-class _SlowBackend(Backend):
-    name = "slow"
+class _HeldBackend(Backend):
+    """The CPU backend (its executables passed through `wrap`), its code held
+    back until `released` is set (_Watch: at the first epoch's end), so the
+    switch falls after TensorFlow's first epoch however fast the compile (a
+    module compiled earlier in this process comes back at once)."""
+    name = "held"
+
+    def __init__(self, wrap=lambda executable: executable):
+        self.wrap, self.released = wrap, threading.Event()
 
     def compile_optimized(self, module, donate, only_cached=False):
-        return _Slow(get_backend("cpu").compile_optimized(module, donate, only_cached))
+        if only_cached and not self.released.is_set():
+            raise NotCached("held until the first epoch ends")
+        self.released.wait()
+        return self.wrap(get_backend("cpu").compile_optimized(module, donate, only_cached))
 
 
 def test_tensorflow_takes_the_step_back_where_it_ran_it_clearly_faster():
@@ -131,7 +148,7 @@ def test_tensorflow_takes_the_step_back_where_it_ran_it_clearly_faster():
     plain = _model()
     plain.fit(x, y, batch_size=32, epochs=3, shuffle=False, verbose=0)
     model = kerasjit.wrap(_model(), background=True)
-    model._kerasjit.train.backend = _SlowBackend()
+    model._kerasjit.train.backend = _HeldBackend(_Slow)
     watch = _Watch()
     with pytest.warns(RuntimeWarning, match="TensorFlow ran the step faster"):
         model.fit(x, y, batch_size=32, epochs=3, shuffle=False, verbose=0, callbacks=[watch])
