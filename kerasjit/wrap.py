@@ -13,6 +13,9 @@ import os
 
 import keras
 import tensorflow as tf
+from keras.src.backend import compute_output_spec
+from keras.src.models.functional import Functional
+from keras.src.trainers.data_adapters.data_adapter_utils import unpack_x_y_sample_weight
 
 from .backends import get_backend
 from .runtime import feed
@@ -74,9 +77,30 @@ def _build_variables(model, batch):
     that creates variables twice (reports/tuning-measurements.md)."""
     try:
         with model.distribute_strategy.scope():     # (mirrored variables under a strategy)
+            _build_metrics_and_loss(model, batch)
             model._symbolic_build(data_batch=batch)
     except Exception:   # (a Keras without it, or a model it cannot build: the trace will)
         pass
+
+
+def _build_metrics_and_loss(model, batch):
+    """Build a built graph-of-layers model's compiled metrics and loss from its
+    output spec, layer by layer. Keras's _symbolic_build gets that spec by
+    running the whole model in a scratch graph, which takes as long as a
+    forward trace (ResNet50: 0.45 s, against 0.016 s layer by layer); it then
+    finds them built and builds only the optimizer."""
+    if not isinstance(model, (Functional, keras.Sequential)) or not all(
+            layer.built for layer in model._flatten_layers()):
+        return
+    x, y, sample_weight = unpack_x_y_sample_weight(tf.nest.map_structure(
+        lambda v: None if v is None else keras.KerasTensor(
+            v.shape, keras.backend.standardize_dtype(v.dtype)), batch))
+    y_pred = model.compute_output_spec(x, training=False)
+    if model._compile_metrics is not None and not model._compile_metrics.built:
+        compute_output_spec(model.compute_metrics, x, y, y_pred, sample_weight=sample_weight)
+    if model._compile_loss is not None and not model._compile_loss.built:
+        compute_output_spec(model._compute_loss, x, y, y_pred, sample_weight=sample_weight,
+                            training=False)
 
 
 def _same_as_fit(batch):

@@ -263,3 +263,43 @@ def test_a_callback_list_is_taken_as_keras_takes_it():
         seen.append(watcher.seen)
     for plain, wrapped in zip(*seen):
         close(plain, wrapped)
+
+
+@pytest.mark.parametrize("sequential", [False, True])
+def test_models_with_named_outputs_weighted_losses_and_metrics_train_like_keras(sequential):
+    """Losses, loss weights and metrics per named output (a dict), or one output
+    of a Sequential model with several metrics: the same history keys and values
+    as plain Keras, and the same metric variables after fit."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(48, 6)).astype("float32")
+    labels, target = rng.integers(0, 3, 48), rng.normal(size=(48, 2)).astype("float32")
+    results = []
+    for wrapped in (False, True):
+        keras.utils.set_random_seed(7)
+        if sequential:
+            m = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
+                                  keras.layers.Dense(3)])
+            m.compile(optimizer=keras.optimizers.Adam(0.01),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy", keras.metrics.SparseTopKCategoricalAccuracy(2)])
+            y = labels
+        else:
+            inputs = keras.Input((6,))
+            hidden = keras.layers.Dense(8, activation="relu")(inputs)
+            m = keras.Model(inputs, {"kind": keras.layers.Dense(3, name="kind")(hidden),
+                                     "size": keras.layers.Dense(2, name="size")(hidden)})
+            m.compile(optimizer=keras.optimizers.Adam(0.01),
+                      loss={"kind": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                            "size": "mse"},
+                      loss_weights={"kind": 1.0, "size": 0.5},
+                      metrics={"kind": ["accuracy"], "size": ["mae"]})
+            y = {"kind": labels, "size": target}
+        if wrapped:
+            kerasjit.wrap(m, backend="cpu", race=False, background=False)
+        history = m.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+        results.append((history, [v.numpy() for v in m.metrics_variables]))
+    (plain, plain_state), (wrapped, wrapped_state) = results
+    same_history(plain, wrapped)
+    assert len(plain_state) == len(wrapped_state)
+    for p, w in zip(plain_state, wrapped_state):
+        close(p, w)
