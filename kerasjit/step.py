@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from .backends import get_backend
 from .backends.cpu import cache as compile_cache
+from .backends.cpu import workers as compile_workers
 from .cancel import CompileCancelled
 from .errors import warn
 from .frontend.functional import UnsupportedGraph, functionalize
@@ -177,7 +178,9 @@ BACKGROUND_NICE = 10
 
 def _yield_to_training():
     """Lower this thread's CPU priority (Linux nices threads one by one; elsewhere
-    the whole process would follow, so it stays as it is)."""
+    the whole process would follow, so it stays as it is), and let its compiles
+    take fewer cores."""
+    compile_workers.beside_training()
     if sys.platform.startswith("linux"):
         try:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)

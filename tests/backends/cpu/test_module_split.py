@@ -1,6 +1,7 @@
 """A cluster's LLVM module compiled in parts on the compile workers: the same
 results, every call resolved, and a failed worker's part compiled here."""
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -148,6 +149,39 @@ def test_a_reply_left_unread_never_answers_the_next_compile(monkeypatch):
         objects = pool.compile([_function("second")], True, _here)
         assert b"second" in objects[0] and b"first" not in objects[0]
         assert len(pool.workers) == 1 and pool.workers[0].alive()   # a fresh worker
+    finally:
+        pool.close()
+
+
+def test_a_compile_beside_training_uses_half_the_workers(monkeypatch):
+    """A background compile (its thread marked beside_training) splits its
+    module for, and sends it to, half the workers, at least one: the training
+    steps beside it keep the other cores. The training thread's own compiles
+    use them all."""
+    pool, used = workers.Pool(2), []
+    submit = workers.Worker.submit
+
+    def recorded(worker, *args):
+        used.append(worker)
+        return submit(worker, *args)
+    monkeypatch.setattr(workers.Worker, "submit", recorded)
+    seen = {}
+
+    def background():
+        workers.beside_training()
+        seen["parallelism"] = pool.parallelism()
+        seen["objects"] = pool.compile([_function("b_one"), _function("b_two")], True, _here)
+    try:
+        assert pool.parallelism() == 2
+        thread = threading.Thread(target=background)
+        thread.start()
+        thread.join()
+        assert seen["parallelism"] == 1
+        assert b"b_one" in seen["objects"][0] and b"b_two" in seen["objects"][1]
+        assert len(used) == 2 and len(set(used)) == 1
+        used.clear()
+        pool.compile([_function("f_one"), _function("f_two")], True, _here)
+        assert len(set(used)) == 2
     finally:
         pool.close()
 
