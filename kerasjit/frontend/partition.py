@@ -203,6 +203,11 @@ def partition(nodes: list[Node]) -> list[Cluster]:
     """Partition a DAG into clusters, returned in an order in which they can run."""
     nodes = list(nodes)
     order, preds = _toposort(nodes)
+    if all(n.compilable and n.together is None for n in nodes):
+        # What the merges below come to, without them (a large step's usual
+        # case, and their costliest: every merge scans the growing cluster's
+        # successors): one compiled cluster, in topological order.
+        return [Cluster("compiled", [nodes[i].name for i in order])] if nodes else []
     # Renumber nodes by topological position so initial ranks are just ids.
     pos = {old: new for new, old in enumerate(order)}
     tnodes = [nodes[i] for i in order]

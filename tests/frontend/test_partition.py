@@ -303,6 +303,18 @@ def test_larger_random_dags(seed):
     check_maximal(nodes, out)
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_an_all_compilable_graph_is_the_one_cluster_the_merges_make(seed):
+    """A graph of compilable nodes only is one compiled cluster, in the order
+    the merges would give it (the same graph with an unconnected TensorFlow
+    node beside it takes the merging path)."""
+    nodes = random_dag(random.Random(seed), 400, p_unc=0.0, max_in=4)
+    [cluster] = partition(nodes)
+    check_invariants(nodes, [cluster])
+    merged = [c for c in partition(nodes + [U("beside")]) if c.kind == "compiled"]
+    assert merged == [cluster]
+
+
 # --- Performance ------------------------------------------------------------
 #
 # Counted, not timed: the work of partition() is the adjacency sets of the
