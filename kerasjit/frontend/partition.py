@@ -111,15 +111,30 @@ class _ClusterDAG:
                     stack.append(y)
         return seen
 
-    def _backward(self, start, bound):
-        """Clusters that reach `start` with rank > bound (start included)."""
-        seen, stack = {start}, [start]
+    def _backward(self, starts, bound, target=None):
+        """Clusters that reach `starts` with rank > bound (starts included);
+        returns None as soon as `target` is found."""
+        seen, stack = set(starts), list(starts)
         while stack:
             for y in self.pred[stack.pop()]:
                 if y not in seen and self.rank[y] > bound:
+                    if y == target:
+                        return None
                     seen.add(y)
                     stack.append(y)
         return seen
+
+    def _other_path(self, a, b):
+        """Whether a path leads from cluster a to b (ranked after a) through a
+        third cluster. Such a path only visits clusters ranked between the
+        two; it is searched from the end with fewer edges (a large cluster's
+        successors are many, a node's predecessors few)."""
+        rank = self.rank
+        if len(self.succ[a]) <= len(self.pred[b]):
+            starts = [s for s in self.succ[a] if s != b and rank[s] < rank[b]]
+            return bool(starts) and self._forward(starts, rank[b] + 1, target=b) is None
+        starts = [p for p in self.pred[b] if p != a and rank[p] > rank[a]]
+        return bool(starts) and self._backward(starts, rank[a] - 1, target=a) is None
 
     def try_merge(self, u, v):
         """Merge the clusters of u and v (an edge u -> v, or none, and u ranked
@@ -129,11 +144,7 @@ class _ClusterDAG:
         a, b = self.find(u), self.find(v)
         if a == b:
             return False
-        rank = self.rank
-        # Any other path a ~> b starts at a successor s != b and only visits
-        # clusters ranked below b, so the search stays inside that window.
-        starts = [s for s in self.succ[a] if s != b and rank[s] < rank[b]]
-        if starts and self._forward(starts, rank[b] + 1, target=b) is None:
+        if self._other_path(a, b):
             return False
         # Contract b into a: b's successors rank above b > a, so they stay
         # valid; b's predecessors may rank above a and need re-ordering.
@@ -160,7 +171,7 @@ class _ClusterDAG:
         if rank[x] < rank[y]:
             return
         fwd = sorted(self._forward([y], rank[x]), key=rank.__getitem__)
-        bwd = sorted(self._backward(x, rank[y]), key=rank.__getitem__)
+        bwd = sorted(self._backward([x], rank[y]), key=rank.__getitem__)
         slots = sorted(rank[c] for c in fwd + bwd)
         for c, r in zip(bwd + fwd, slots):
             rank[c] = r
