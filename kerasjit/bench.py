@@ -194,6 +194,20 @@ def machine(backend="auto"):
             f"{chosen.name} backend" + (f" ({chosen.device})" if chosen.name == "gpu" else ""))
 
 
+# Environment settings that change what a benchmark measures: the report's
+# command names those set, so that it reproduces the run.
+MEASURED_SETTINGS = ("KERASJIT_CPU", "TF_ENABLE_ONEDNN_OPTS", "OPENBLAS_NUM_THREADS",
+                     "KERASJIT_BACKGROUND")
+
+
+def command_line(module, argv):
+    """A report's `Command:` line: the settings of MEASURED_SETTINGS that are set,
+    `python -m module argv...`, and when it ran."""
+    settings = [f"{k}={os.environ[k]}" for k in MEASURED_SETTINGS if k in os.environ]
+    command = " ".join([*settings, "python -m", module, *argv])
+    return f"Command: `{command}` ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)"
+
+
 def busy_loops(n):
     """`n` processes that keep a core each busy until killed."""
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
@@ -226,7 +240,7 @@ def write_reports(rows, out_dir, command, name="benchmark", backend="auto", busy
     beside = f"; {busy} busy-loop process(es) ran beside the benchmark" if busy else ""
     lines = ["# kerasjit benchmark", "",
              f"Machine: {machine(backend)}; Keras on JAX: {keras_jax}{beside}", "",
-             f"Command: `{command}` ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
+             command, "",
              "Median round after the first; contenders interleaved round by round: plain "
              "Keras, Keras+XLA and kerasjit in the benchmark's process, Keras on JAX "
              "(`keras_jax`, its steps jit-compiled, Keras's default on JAX) in a process of "
@@ -311,7 +325,7 @@ def main(argv=None):
         for process in busy:
             process.kill()
         shutil.rmtree(cache, ignore_errors=True)
-    table = write_reports(rows, args.out, "python -m kerasjit.bench " + " ".join(argv or []),
+    table = write_reports(rows, args.out, command_line("kerasjit.bench", argv or []),
                           args.name, args.backend, args.busy,
                           f"not measured ({jax_left_out})" if jax_left_out else peer.description,
                           convolutions)

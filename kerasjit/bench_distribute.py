@@ -14,7 +14,6 @@ import contextlib
 import os
 import statistics
 import time
-from datetime import datetime, timezone
 
 def _parser():
     parser = argparse.ArgumentParser(prog="python -m kerasjit.bench_distribute",
@@ -38,7 +37,7 @@ import pandas as pd  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from kerasjit import workloads  # noqa: E402
-from kerasjit.bench import PAUSE_S, check_models, machine  # noqa: E402
+from kerasjit.bench import PAUSE_S, check_models, command_line, machine  # noqa: E402
 
 CONTENDERS = ("keras", "kerasjit")
 
@@ -84,7 +83,7 @@ def write_reports(rows, out_dir, command, replicas):
     table.to_csv(os.path.join(out_dir, "distribute.csv"), index=False, float_format="%.6g")
     lines = ["# kerasjit under tf.distribute", "",
              f"Machine: {machine()}; its CPU split into {replicas} logical devices", "",
-             f"Command: `{command}` ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
+             command, "",
              f"`MirroredStrategy` over the {replicas} devices (`replicas` = {replicas}) and, "
              "for scale, one replica without a strategy (`replicas` = 1); speed-up against "
              "plain Keras with as many replicas. Median epoch of `fit` after the first "
@@ -112,8 +111,8 @@ def main(argv=None):
     for name, (build, shape, batch, steps) in _models(args.steps).items():
         if not args.models or name in args.models:
             rows += bench(name, build, shape, batch, steps, strategy, args.rounds)
-    table = write_reports(rows, args.out, " ".join(["python -m kerasjit.bench_distribute",
-                                                    *(argv or [])]), args.replicas)
+    table = write_reports(rows, args.out, command_line("kerasjit.bench_distribute", argv or []),
+                          args.replicas)
     print(table.to_string(index=False))
 
 

@@ -19,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 
 MODELS = ("ResNet50", "MobileNetV2", "EfficientNetB0", "DenseNet121")
 CONTENDERS = ("keras", "keras_xla", "kerasjit_cold", "kerasjit_warm")
@@ -117,7 +116,7 @@ def write_reports(rows, out_dir, command, name="startup"):
                               float_format="%.6g")
     lines = ["# Time to train: kerasjit's start-up on real CNNs", "",
              f"Machine: {machine()}", "",
-             f"Command: `{command}` ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
+             command, "",
              __doc__.split("\n\n", 1)[1].strip(), "",
              "| model | contender | first epoch s | vs Keras | compiled step from s "
              "| steady ms/step | steady speedup |", "|---|---|---:|---:|---:|---:|---:|"]
@@ -146,7 +145,8 @@ def main(argv=None):
                         help="report files: OUT/NAME.csv, .md")
     args = parser.parse_args(argv)
     rows = bench(args.models, args.steps, args.batch)
-    write_reports(rows, args.out, "python -m kerasjit.bench_startup " + " ".join(argv), args.name)
+    from kerasjit.bench import command_line
+    write_reports(rows, args.out, command_line("kerasjit.bench_startup", argv), args.name)
 
 
 if __name__ == "__main__":

@@ -106,3 +106,15 @@ def test_help_answers_before_tensorflow_loads(module):
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"usage: python -m {module}")
     assert done.stderr.split() == ["False"], done.stderr
+
+
+def test_a_reports_command_names_the_settings_that_change_what_it_measured(monkeypatch):
+    """A run with AVX2 code and TensorFlow's oneDNN kernels off reproduces only
+    with those settings: the report's command line carries them."""
+    for name in bench.MEASURED_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KERASJIT_CPU", "avx2")
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    line = bench.command_line("kerasjit.bench", ["--rounds", "3"])
+    assert line.startswith("Command: `KERASJIT_CPU=avx2 TF_ENABLE_ONEDNN_OPTS=0 "
+                           "python -m kerasjit.bench --rounds 3` (")
