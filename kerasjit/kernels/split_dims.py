@@ -50,9 +50,14 @@ def split_innermost(kernel):
     if k is None or k < MIN_RUN or extent % k or extent == k:
         return kernel
 
+    # The loop's index as it was: map_nodes maps children first, so `(c // 16) % 2`
+    # reaches split() as `q % 2`, q the new quotient index, which has the old
+    # index's number but is not it (a dilated convolution's BatchToSpaceND).
+    unsplit = {id(node) for _, expr in kernel.stores for node in walk(expr)
+               if isinstance(node, Index) and node.dim == dim}
+
     def split(op):
-        if op.opcode in ("divide", "remainder") and isinstance(op.args[0], Index) \
-                and op.args[0].dim == dim:
+        if op.opcode in ("divide", "remainder") and id(op.args[0]) in unsplit:
             return Index(S64, dim if op.opcode == "divide" else dim + 1)
         return op
     memo = {}

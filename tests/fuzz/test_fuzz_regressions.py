@@ -1,4 +1,4 @@
-"""Programs the HLO fuzzer (fuzz_hlo.py) found miscompiled, as it shrank them:
+"""Programs found miscompiled, shrunk (most by the HLO fuzzer, fuzz_hlo.py):
 each on the CPU backend and on the GPU backend's kernels built for the host,
 against the evaluator."""
 import numpy as np
@@ -59,6 +59,18 @@ ENTRY %main (c: pred[1,5], p1: pred[1,5]) -> pred[1,5] {
   ROOT %s = pred[1,5]{1,0} select(pred[1,5]{1,0} %n, pred[1,5]{1,0} %x, pred[1,5]{1,0} %p1)
 }
 """, [np.array([[True, False, True, False, False]]), np.array([[False, True, True, False, True]])]),
+    # A dilated Conv1D's BatchToSpaceND, then Flatten (a Keras model in mixed
+    # precision trained on NaNs): the loop over 48 = 6 x 8 was split into
+    # (6, 8), and its quotient's own `% 2` was taken for a use of the old index.
+    "split_loop_quotient_divided_again": ("""HloModule fuzz
+ENTRY %main (p: f32[2,1,3,8]) -> f32[1,48] {
+  %p = f32[2,1,3,8]{3,2,1,0} parameter(0)
+  %t = f32[1,3,2,8]{3,2,1,0} transpose(f32[2,1,3,8]{3,2,1,0} %p), dimensions={1,2,0,3}
+  %r = f32[1,6,8]{2,1,0} reshape(f32[1,3,2,8]{3,2,1,0} %t)
+  %n = f32[1,6,8]{2,1,0} negate(f32[1,6,8]{2,1,0} %r)
+  ROOT %o = f32[1,48]{1,0} reshape(f32[1,6,8]{2,1,0} %n)
+}
+""", [np.arange(48, dtype=np.float32).reshape(2, 1, 3, 8)]),
 }
 
 
