@@ -577,6 +577,27 @@ def gen_transpose(b, pool):
                   f", dimensions={{{_ints(perm)}}}")
 
 
+def gen_regroup(b, pool):
+    """Runs of 8 regrouped as TensorFlow's SpaceToBatchND and BatchToSpaceND
+    regroup a dilated convolution's rows: split into (..., 8), the outer dims
+    transposed, then merged back a pair of dims at a time, an op between
+    merges: a read may divide a loop's index, then its quotient again."""
+    x = pick(b.rng, pool, lambda v: v.size % 16 == 0)
+    if x is None:
+        return None
+    outer = factorization(b.rng, x.size // 8) or (x.size // 8,)
+    perm = [int(p) for p in b.rng.permutation(len(outer))] + [len(outer)]
+    split = b.reshape(x, (*outer, 8))
+    value = b.emit("transpose", x.dtype, [split.dims[p] for p in perm], [split],
+                   f", dimensions={{{_ints(perm)}}}")
+    for _ in range(int(b.rng.integers(1, len(perm)))):
+        d, dims = int(b.rng.integers(len(value.dims) - 1)), value.dims
+        merged = (*dims[:d], dims[d] * dims[d + 1], *dims[d + 2:])
+        value = elementwise(b, "not" if value.dtype == "pred" else "negate",
+                            [b.reshape(value, merged)])
+    return value
+
+
 def gen_slice(b, pool):
     x = pick(b.rng, pool, lambda v: v.dims)
     if x is None:
@@ -951,7 +972,7 @@ def gen_convolution(b, pool):
 GENERATORS = {
     gen_unary: 3, gen_binary: 4, gen_compare: 1.5, gen_select: 1.5, gen_clamp: 0.7,
     gen_convert: 1, gen_bitcast_convert: 0.3, gen_broadcast: 1, gen_reshape: 1,
-    gen_transpose: 1, gen_slice: 1, gen_pad: 1, gen_concatenate: 1, gen_reverse: 0.7,
+    gen_transpose: 1, gen_regroup: 0.5, gen_slice: 1, gen_pad: 1, gen_concatenate: 1, gen_reverse: 0.7,
     gen_iota: 0.3, gen_dynamic_slice: 0.6, gen_dynamic_update_slice: 0.4, gen_reduce: 2,
     gen_reduce_window: 0.5, gen_argmax: 0.8, gen_softmax: 0.4, gen_dot: 1, gen_convolution: 0.8,
     gen_duplicate: 0.3,
