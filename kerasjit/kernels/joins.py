@@ -34,8 +34,11 @@ def join_recent_loop(lw, inst, role):
                 and not kernel.reduction:
             value = _value_in(lw, inst, pos)
             if value is not None:
-                kernel.stores.append((lw.buffer_for(inst, role), value))
+                bid = lw.buffer_for(inst, role)
+                kernel.stores.append((bid, value))
                 kernel.fused.append(inst.name)
+                latest = _latest_stores(lw)
+                latest[bid] = max(latest.get(bid, pos), pos)
                 return True
     return False
 
@@ -43,16 +46,22 @@ def join_recent_loop(lw, inst, role):
 def _producers(lw, inst):
     """Positions in lw.steps of the latest loops that store one of `inst`'s
     operands, latest first."""
-    wanted = {lw.buffer_of[op] for op in inst.operands if op in lw.buffer_of}
-    found = []
-    for pos in range(len(lw.steps) - 1, -1, -1):
-        if not wanted:
-            break
-        step = lw.steps[pos]
-        if isinstance(step, LoopKernel) and wanted & {bid for bid, _ in step.stores}:
-            found.append(pos)
-            wanted -= {bid for bid, _ in step.stores}
-    return found
+    latest = _latest_stores(lw)
+    return sorted({latest[b] for b in (lw.buffer_of.get(op) for op in inst.operands)
+                   if b in latest}, reverse=True)
+
+
+def _latest_stores(lw):
+    """{buffer: position of the latest loop in lw.steps that stores it}, kept
+    up to date as steps are appended (lowering only appends them), so that a
+    value's producers cost its operands, not a walk back over every step
+    (DenseNet121's lowering walked millions)."""
+    seen, latest = lw.latest_stores
+    for pos in range(seen, len(lw.steps)):
+        if isinstance(lw.steps[pos], LoopKernel):
+            latest.update((bid, pos) for bid, _ in lw.steps[pos].stores)
+    lw.latest_stores = (len(lw.steps), latest)
+    return latest
 
 
 def _value_in(lw, inst, pos):

@@ -5,7 +5,7 @@ Fusion is decided per (producer, consumer) edge and recorded with its reason
 conv_implicit.py) read operands through this lowering's public context:
 value_at, operand, in_kernel, key, combiner, materialized, temp; a materialised
 value may join a recent loop of its shape as one more store (joins.py, through
-steps, kernel_state, loop_index_of, expr_in and buffer_for).
+steps, latest_stores, kernel_state, loop_index_of, expr_in and buffer_for).
 """
 import dataclasses
 
@@ -46,6 +46,8 @@ class _Lowering:
         # written when it runs (None: every existing buffer is ready).
         self.kernel_values, self.loop_index, self.unready, self.horizon = {}, None, None, None
         self.kernel_state = {}    # id(LoopKernel) -> (loop index, its kernel_values)
+        # Steps seen, and buffer -> position of the latest LoopKernel storing it (joins.py).
+        self.latest_stores = (0, {})
         self.memo = {}            # (instruction, index ids, horizon) -> (index, Expr)
         self.keys = {}            # id(reduce instruction) -> small int key
         self.bound = {}           # tuple-shaped instruction -> its parts (loops.parts)
