@@ -9,8 +9,9 @@ steps), then kerasjit again on that cache. Measured from the call of `fit`:
 when the first step ended (what each traced and compiled before it: plain
 Keras its graph, XLA its program, kerasjit on a warm cache its compiled
 step), the first epoch's wall time, when the compiled step first ran
-(kerasjit), and the median step of the second epoch (each contender's steady state; for
-kerasjit the compiled step, waited for before the second epoch if need be).
+(kerasjit), and the median step of the second epoch (each contender's
+steady state; for kerasjit the compiled step, waited for before the second
+epoch if need be).
 Writes reports/startup.csv and .md (--name: another file name).
 """
 import argparse

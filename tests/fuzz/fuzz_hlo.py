@@ -973,8 +973,8 @@ GENERATORS = {
     gen_unary: 3, gen_binary: 4, gen_compare: 1.5, gen_select: 1.5, gen_clamp: 0.7,
     gen_convert: 1, gen_bitcast_convert: 0.3, gen_broadcast: 1, gen_reshape: 1,
     gen_transpose: 1, gen_regroup: 0.5, gen_slice: 1, gen_pad: 1, gen_concatenate: 1,
-    gen_reverse: 0.7, gen_iota: 0.3, gen_dynamic_slice: 0.6, gen_dynamic_update_slice: 0.4, gen_reduce: 2,
-    gen_reduce_window: 0.5, gen_argmax: 0.8, gen_softmax: 0.4, gen_dot: 1, gen_convolution: 0.8,
+    gen_reverse: 0.7, gen_iota: 0.3, gen_dynamic_slice: 0.6, gen_dynamic_update_slice: 0.4,
+    gen_reduce: 2, gen_reduce_window: 0.5, gen_argmax: 0.8, gen_softmax: 0.4, gen_dot: 1, gen_convolution: 0.8,
     gen_duplicate: 0.3,
 }
 

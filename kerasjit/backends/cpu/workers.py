@@ -148,15 +148,18 @@ class Pool:
             self._start()
             return max(len(self._usable()), 1)
 
+    def _owned(self):
+        """The workers, in the process that started them. A forked child shares
+        its parent's pipes: its requests would mix with the parent's, so it
+        compiles everything itself, and its exit leaves them be."""
+        return self.workers if os.getpid() == self.owner else []
+
     def _usable(self):
         """The workers this thread's compiles may use."""
-        # A forked child shares its parent's pipes: its requests would mix
-        # with the parent's. It compiles everything itself.
-        if os.getpid() != self.owner:
-            return []
+        owned = self._owned()
         if getattr(_thread, "beside_training", False):
-            return self.workers[:max(1, len(self.workers) // 2)]
-        return self.workers
+            return owned[:max(1, len(owned) // 2)]
+        return owned
 
     def compile(self, texts, unroll, compile_here):
         """Object code of each module text, compiled by the workers, a text
@@ -198,8 +201,7 @@ class Pool:
 
     def close(self):
         with self.lock:
-            # (A forked child's exit leaves them be.)
-            for worker in self.workers if os.getpid() == self.owner else []:
+            for worker in self._owned():
                 worker.close()
             self.workers = []
 
