@@ -21,13 +21,16 @@ from .backends import get_backend
 from .backends.cpu import cache as compile_cache
 from .backends.cpu import workers as compile_workers
 from .cancel import CompileCancelled
-from .errors import warn
+from .errors import NotCached, warn
 from .frontend.functional import UnsupportedGraph, functionalize
 from .frontend.bridge import traced_for_xla
 from .frontend.plan import build_program, whole_step_in_tensorflow
 from .frontend.row_wise import RowWiseProof
 from .arrays import Rows, gathered
 from .runtime.state import VariableState
+
+# tf.function's attribute for a trace without automatic control dependencies
+_NO_CONTROL_DEPENDENCIES = "_disable_acd"
 
 
 def _structure_key(obj):
@@ -74,26 +77,55 @@ def _packer(structure):
     return lambda flat: tf.nest.pack_sequence_as(structure, flat)
 
 
+class _Trace:
+    """The step traced for one signature, and the structure of its outputs.
+
+    TensorFlow runs a trace only with its automatic control dependencies,
+    which order the variable updates. functional.py orders them by program
+    order and needs none, and a trace without them takes a fifth less time
+    (reports/tuning-measurements.md): a warm start traces so (`ordered`
+    False), and traces again only where TensorFlow must run the whole step.
+    While a trace lives, the functions of its graph (a cond's branches) stay
+    registered for the TensorFlow clusters that call them."""
+
+    def __init__(self, trace, ordered=True):
+        self._trace = trace
+        self.concrete, self.out_structure = trace(ordered)
+        self.unordered = not ordered
+        self._ordered = None if self.unordered else self.concrete
+        self.traces = 1
+
+    def ordered(self):
+        """The step as TensorFlow can run it."""
+        if self._ordered is None:
+            self._ordered = self._trace(True)[0]
+            self.traces += 1
+        return self._ordered
+
+
 class _Run:
     """One input signature's step, resolved once: its Program, variables and
     output packing, and once it can, the direct route to its executable.
+    `trace` is the _Trace it was made of; a program whose last output is its
+    input checks' verdict (checks.py) runs the trace in TensorFlow for a step
+    that failed them."""
 
-    `traced` is the step as TensorFlow traced it: while it lives, the functions
-    of its graph (a cond's branches) stay registered for the TensorFlow
-    clusters that call them. A program whose last output is its input
-    checks' verdict (checks.py) has `recheck`: `traced` as a Program, run for
-    a step that failed them."""
-
-    def __init__(self, program, state, out_structure, traced, recheck=None):
-        self.program, self.state, self.pack = program, state, _packer(out_structure)
-        self.traced, self.recheck = traced, recheck
-        self.direct, self.ran = None, False
+    def __init__(self, program, state, trace):
+        self.program, self.state, self.trace = program, state, trace
+        self.pack = _packer(trace.out_structure)
+        self.direct, self.ran, self.recheck = None, False, None
+        self.digest = None      # of the graph compiled, if it has one (FunctionalGraph.digest)
 
     def __call__(self, tensors):
         outputs = self.checked(tensors)
+        if outputs is not None:
+            return outputs
         # The variables kept their values: TensorFlow's kernels raise their error
         # (or, accepting the inputs after all, make the step).
-        return self.recheck.run(tensors, [])[0] if outputs is None else outputs
+        if self.recheck is None:
+            self.recheck = whole_step_in_tensorflow(
+                self.trace.ordered(), "its inputs failed a check", self.state.store)
+        return self.recheck.run(tensors, [])[0]
 
     def checked(self, tensors):
         """The step's outputs, or None where its inputs failed a check (checks.py)."""
@@ -110,12 +142,12 @@ class _Run:
             warn(f"kerasjit: TensorFlow runs the step: its first call failed: "
                  f"{type(e).__name__}: {str(e).splitlines()[0]}")
             store = self.state.store
-            self.program = whole_step_in_tensorflow(self.traced, "its compiled program "
-                                                    "failed", store)
-            self.state, self.recheck, self.direct = VariableState([], {}, store), None, None
+            self.program = whole_step_in_tensorflow(self.trace.ordered(), "its compiled "
+                                                    "program failed", store)
+            self.state, self.direct = VariableState([], {}, store), None
             return self.checked(tensors)
         self.ran = True
-        if self.recheck is not None and not outputs.pop():
+        if self.program.checked and not outputs.pop():
             return None
         self.state.write(new_state)
         return outputs
@@ -229,18 +261,25 @@ class _Verdict:
     are over), then CALLS + 1 in TensorFlow, the first of each untimed (it
     moves the variables between Keras and the compiled step's arrays);
     TensorFlow keeps the step where clearly faster. Both timed alike, after
-    the compile: TensorFlow's steps during the compile had fewer cores."""
+    the compile: TensorFlow's steps during the compile had fewer cores.
+    `tensorflow` makes TensorFlow's _Run when first needed (a warm start
+    traced the step for the compiler alone)."""
     CALLS = 3
     MARGIN = 0.9        # TensorFlow must be this much faster to keep the step
 
-    def __init__(self, name, compiled, tf_run):
-        self.name, self.runs = name, {"compiled": compiled, "tensorflow": tf_run}
+    def __init__(self, name, compiled, tensorflow):
+        self.name, self.runs, self.tensorflow = name, {"compiled": compiled}, tensorflow
         self.times = {"compiled": [], "tensorflow": []}
         self.turns = ["compiled"] * (self.CALLS + 1) + ["tensorflow"] * (self.CALLS + 1)
         self.calls = 0
 
+    def run(self, tier):
+        if tier not in self.runs:
+            self.runs[tier] = self.tensorflow()
+        return self.runs[tier]
+
     def next_run(self):
-        return self.runs[self.turns[self.calls]]
+        return self.run(self.turns[self.calls])
 
     def _cache_key(self):
         """The compile cache's name for this verdict: after the code keys of
@@ -257,7 +296,7 @@ class _Verdict:
         again, since TensorFlow's first call of a large step costs seconds."""
         key = self._cache_key()
         kept = key and compile_cache.load_text(key)
-        return kept if kept in self.runs else None
+        return kept if kept in self.times else None
 
     def record(self):
         """Keep the decided verdict in the compile cache."""
@@ -288,10 +327,11 @@ class _Verdict:
 
 class CompiledStep:
     def __init__(self, fn, backend="auto", name=None, max_shapes=8, events=None, store=None,
-                 verbose=lambda: False, race=True, background=False):
+                 verbose=lambda: False, race=True, background=False, describe=lambda: ""):
         self.fn, self.backend, self.max_shapes = fn, get_backend(backend), max_shapes
         self.race = race            # compiled clusters are timed against TensorFlow
         self.verbose = verbose      # whether to announce compiles (fit's verbosity)
+        self.describe = describe    # what the step computes beyond its code (its model)
         self.store = store          # a ResidentStore keeps variables as arrays between calls
         # Tiered execution: a new signature's steps run in TensorFlow while it compiles.
         self.background = background and self.backend.name != "reference"
@@ -316,53 +356,63 @@ class CompiledStep:
         # Seconds TensorFlow spent running each signature not compiled.
         self.tensorflow_seconds = {}
 
-    def _traced(self, structure, flat, open_batch=False):
-        """The step as TensorFlow traces it for these arguments (with
-        `open_batch`, for any size of their leading dims), and the structure of
-        its outputs."""
+    def _traced(self, structure, flat, open_batch=False, ordered=True):
+        """The _Trace of the step for these arguments (with `open_batch`, for
+        any size of their leading dims)."""
         holes = [i for i, a in enumerate(flat) if a is None]
-        out_structure = []
-
-        def pure(*args):
-            it = iter(args)
-            full = [None if i in holes else next(it) for i in range(len(flat))]
-            with traced_for_xla():
-                out = self.fn(*tf.nest.pack_sequence_as(structure, full))
-            out_structure.append(out)
-            return tf.nest.flatten(out)
         specs = [tf.TensorSpec((None, *a.shape[1:]) if open_batch and a.shape else a.shape,
                                a.dtype) for a in flat if a is not None]
-        concrete = tf.function(pure, autograph=False).get_concrete_function(*specs)
-        return concrete, out_structure[0]
 
-    def _in_tensorflow(self, concrete, out_structure, reason):
+        def trace(ordered):
+            out_structure = []
+
+            def pure(*args):
+                it = iter(args)
+                full = [None if i in holes else next(it) for i in range(len(flat))]
+                with traced_for_xla():
+                    out = self.fn(*tf.nest.pack_sequence_as(structure, full))
+                out_structure.append(out)
+                return tf.nest.flatten(out)
+            unordered = None if ordered else {_NO_CONTROL_DEPENDENCIES: True}
+            concrete = tf.function(pure, autograph=False, experimental_attributes=unordered) \
+                .get_concrete_function(*specs)
+            return concrete, out_structure[0]
+        return _Trace(trace, ordered)
+
+    def _in_tensorflow(self, trace, reason):
         """The step run whole, as TensorFlow traced it."""
-        return _Run(whole_step_in_tensorflow(concrete, reason, self.store),
-                    VariableState([], {}, self.store), out_structure, concrete)
+        return _Run(whole_step_in_tensorflow(trace.ordered(), reason, self.store),
+                    VariableState([], {}, self.store), trace)
 
-    def _from_cache(self, concrete, out_structure):
+    def _from_cache(self, trace, compiled_before):
         """The compiled step from the compile cache alone, else None (not all
         of it is there: NotCached, or it failed: the background compile meets
-        that again and says so)."""
+        that again and says so). `compiled_before`: the digest of the graph an
+        earlier run compiled, which an unordered trace's must equal."""
         try:
-            return self._compiled(concrete, out_structure, only_cached=True)
+            return self._compiled(trace, only_cached=True, compiled_before=compiled_before)
         except Exception:
             return None
 
-    def _compiled(self, concrete, out_structure, only_cached=False):
+    def _compiled(self, trace, only_cached=False, compiled_before=None):
         """The traced step made pure, partitioned and compiled (with
-        `only_cached`, from the compile cache alone, else NotCached)."""
+        `only_cached`, from the compile cache alone, else NotCached). Only a
+        lookup takes the unordered trace, and only where its graph is the one
+        compiled before: a miss compiles the trace TensorFlow runs."""
         try:
-            fg = functionalize(concrete)
+            unordered = only_cached and trace.unordered
+            fg = functionalize(trace.concrete if unordered else trace.ordered())
+            digest = fg.digest()
+            if unordered and (digest is None or digest != compiled_before):
+                raise NotCached("the step's graph is not the one compiled before")
             program = build_program(fg, self.backend, self.max_shapes, self.events, self.race,
                                     only_cached)
         except UnsupportedGraph as e:     # the whole step runs as TensorFlow traced it
             warn(f"kerasjit: {self.name} runs in TensorFlow: {e}")
-            return self._in_tensorflow(concrete, out_structure, str(e))
-        recheck = whole_step_in_tensorflow(concrete, "its inputs failed a check", self.store) \
-            if fg.checked else None
-        return _Run(program, VariableState(fg.variables, fg.state_outputs, self.store),
-                    out_structure, concrete, recheck)
+            return self._in_tensorflow(trace, str(e))
+        run = _Run(program, VariableState(fg.variables, fg.state_outputs, self.store), trace)
+        run.digest = digest
+        return run
 
     def _key(self, args):
         flat = []
@@ -404,21 +454,24 @@ class CompiledStep:
         if self.verbose():
             print(f"kerasjit: {what} ...", end="", flush=True)
         start = time.perf_counter()
-        traced = self._traced(list(args), flat)
+        compiled_before = compile_cache.load_text(self._warm_key(key)) if self.background \
+            else None
+        trace = self._traced(list(args), flat, ordered=compiled_before is None)
         # A warm start compiles here, from the compile cache, rather than in the
         # background: it takes less time than TensorFlow's first steps would.
-        cached = self._from_cache(*traced) if self.background else None
+        cached = self._from_cache(trace, compiled_before) if self.background else None
         if cached is not None:
             what = f"{self.name}: tracing, and compiling from the cache, for inputs {shapes}"
-            self._switch(key, cached, self._in_tensorflow(*traced, "not compiled"))
+            self._switch(key, cached, lambda: self._in_tensorflow(trace, "not compiled"))
         elif self.background:
-            self.programs[key] = self._in_tensorflow(*traced, "compiling in the background")
+            self.programs[key] = self._in_tensorflow(trace, "compiling in the background")
             self.compiling[key] = _Compiling(
-                lambda: self._compiled(*traced),
+                lambda: self._compiled(trace),
                 f"{self.name}: compiling for inputs {shapes} in the background",
                 self.events, self.verbose)
         else:
-            self.programs[key] = self._compiled(*traced)
+            self.programs[key] = self._compiled(trace)
+            self._remember(key, self.programs[key])
         seconds = time.perf_counter() - start
         self.events.append(CompileEvent(start, seconds, what))
         if self.verbose():
@@ -433,27 +486,45 @@ class CompiledStep:
         run = job.adopt(fallback=tf_run)
         if run is not None:
             del self.compiling[key]
-            self._switch(key, run, tf_run)
+            self._switch(key, run, lambda: tf_run)
 
-    def _switch(self, key, run, tf_run):
+    def _switch(self, key, run, tensorflow):
         """`run` serves signature `key` from now on, timed against TensorFlow's
-        whole step `tf_run` on its first calls when racing (unless the compile
-        cache holds the verdict of an earlier run of the same code)."""
+        whole step (the _Run `tensorflow()` makes) on its first calls when
+        racing (unless the compile cache holds the verdict of an earlier run of
+        the same code)."""
         self.programs[key] = run
+        self._remember(key, run)
         if not self.race or not any(c.kind == "compiled" for c in run.program.clusters):
             return
         if len(run.program.clusters) == 1:
             # The verdict times the whole step against TensorFlow's already:
             # a race of its one cluster would cost TensorFlow a trace of it.
             run.program.clusters[0].race = None
-        verdict = _Verdict(self.name, run, tf_run)
+        verdict = _Verdict(self.name, run, tensorflow)
         recorded = verdict.recorded()
         if recorded is None:
             self.verdicts[key] = verdict
         elif recorded == "tensorflow":
             warn(f"kerasjit: {self.name} runs in TensorFlow: TensorFlow ran the step "
                  "faster here (timed on an earlier run of this code)")
-            self.programs[key] = tf_run
+            self.programs[key] = verdict.run("tensorflow")
+
+    def _remember(self, key, run):
+        """Keep the digest of the graph compiled for `key` where _warm_key says."""
+        if run.digest is not None and any(c.kind == "compiled" for c in run.program.clusters):
+            warm_key = self._warm_key(key)
+            if compile_cache.load_text(warm_key) != run.digest:
+                compile_cache.store_text(warm_key, run.digest)
+
+    def _warm_key(self, key):
+        """Where the compile cache keeps the digest of the graph this step
+        compiled for signature `key` (its model as `describe` tells it): a
+        hint that its code is in the cache, so the step is traced for the
+        compiler alone. Its graph must have that digest to use the code; a
+        wrong hint costs a second trace, for TensorFlow to run the step."""
+        text = repr((self.name, key, self.describe(), tf.__version__))
+        return "warm-" + hashlib.sha256(text.encode()).hexdigest()
 
     def _compile_cost(self):
         """Seconds the longest trace-and-compile of this step took (the events
@@ -478,8 +549,8 @@ class CompiledStep:
         open_key = self._open_key(key)
         if open_key not in self.open_programs:
             start = time.perf_counter()
-            traced = self._traced(list(args), flat, open_batch=True)
-            self.open_programs[open_key] = self._in_tensorflow(*traced, "not compiled")
+            trace = self._traced(list(args), flat, open_batch=True)
+            self.open_programs[open_key] = self._in_tensorflow(trace, "not compiled")
             self.events.append(CompileEvent(start, time.perf_counter() - start,
                                             f"{self.name}: tracing for any batch size"))
         return self.open_programs[open_key]
@@ -534,7 +605,7 @@ class CompiledStep:
         proof_key = (self._open_key(key), run, tuple(rows))
         if proof_key not in self.row_wise_proofs:
             self.row_wise_proofs[proof_key] = RowWiseProof(
-                tf_run.traced, self.backend, set(rows), run.program, [s[0] for s in other_leaves])
+                tf_run.trace.ordered(), self.backend, set(rows), run.program, [s[0] for s in other_leaves])
         proved = self.row_wise_proofs[proof_key].serves([s[0] for s in leaves])
         self.events.append(CompileEvent(
             start, time.perf_counter() - start,
@@ -610,7 +681,7 @@ class CompiledStep:
         if len(steps) > 1 and isinstance(run, _Run):
             ran = run.program.run_steps([list(column) for column in zip(*steps)],
                                         run.state.read(), keep_all)
-        if ran is not None and (run.recheck is None or ran[0].pop().all()):
+        if ran is not None and (not run.program.checked or ran[0].pop().all()):
             outputs, new_state = ran
             if keep_all:
                 outputs = [o.reshape((-1, *o.shape[2:])) for o in outputs]

@@ -10,6 +10,7 @@ The model object itself is returned, switched to compiled steps, the way
 """
 import functools
 import os
+import re
 
 import keras
 import tensorflow as tf
@@ -46,7 +47,8 @@ class JitState:
             background = False
         self.train, self.test, self.predict = (
             CompiledStep(replicated(step, self.strategy, reduction), backend, name, max_shapes,
-                         self.compile_events, self.store, announce, race, background)
+                         self.compile_events, self.store, announce, race, background,
+                         functools.partial(_description, model))
             for step, name, reduction in ((model.train_step, "train_step", "auto"),
                                           (model.test_step, "test_step", "auto"),
                                           (model.predict_step, "predict_step", "concat")))
@@ -58,6 +60,14 @@ class JitState:
     def buffer_bytes(self):
         return sum(run.program.buffer_bytes() for step in (self.train, self.test, self.predict)
                    for run in step.programs.values())
+
+
+def _description(model):
+    """What tells one model's steps from another's of the same inputs: the
+    paths, shapes and dtypes of its variables, the paths without the numbers
+    that tell a second copy of a layer or model in a process (`dense_1`)."""
+    return repr([(re.sub(r"_\d+(?=/|$)", "", v.path), tuple(v.shape), v.dtype)
+                 for v in model.variables])
 
 
 def _check_model(model):

@@ -24,6 +24,7 @@ from ..hlo import parse_module, print_module
 from ..hlo.shape import DTYPES
 from ..passes import optimize_as_configured
 from .collectives import COLLECTIVES
+from .nodes import graph_digest, library_for
 
 # Ops whose output shape depends on input values: the bridge can only give
 # them bounded dynamic shapes, which kerasjit does not compile.
@@ -85,46 +86,12 @@ def subgraph_function(nodes, library, inputs, outputs):
     and a digest of all that decides it (the bridge's cache key, with the specs)."""
     graph_def = graph_pb2.GraphDef()
     graph_def.node.extend(nodes)
-    graph_def.library.CopyFrom(library)
+    graph_def.library.CopyFrom(library_for(nodes, library))
 
     def run(*args):
         return tf.graph_util.import_graph_def(
             graph_def, input_map=dict(zip(inputs, args)), return_elements=outputs, name="")
-    return run, _digest(graph_def, inputs, outputs)
-
-
-def _digest(graph_def, inputs, outputs):
-    """A hash of the graph with its nodes named by position and its inputs by
-    index: a second copy of a model (layers `dense_1` where the first had
-    `dense`) finds the first one's HLO."""
-    canonical, inputs, outputs = _canonical(graph_def, inputs, outputs)
-    digest = hashlib.sha256(canonical.SerializeToString(deterministic=True))
-    digest.update(repr((inputs, outputs)).encode())
-    return digest.hexdigest()
-
-
-def _canonical(graph_def, inputs, outputs):
-    """The graph, its inputs and its outputs with every node named by position
-    and every input tensor by index. Only names change, each to a name TF does
-    not allow (`%`), so no two graphs that differ otherwise look the same;
-    and the attribute numbering custom gradients goes."""
-    names = {n.name: f"%n{i}" for i, n in enumerate(graph_def.node)}
-    fed = {t: f"%in{k}" for k, t in enumerate(inputs)}
-
-    def renamed(t):
-        control = t.startswith("^")
-        node, colon, port = t.lstrip("^").partition(":")
-        if node in names:
-            return "^" * control + names[node] + colon + port
-        return "^" * control + fed.get(node + (colon + port or ":0"), node + colon + port)
-    canonical = graph_pb2.GraphDef()
-    canonical.CopyFrom(graph_def)
-    for n in canonical.node:
-        n.name = names[n.name]
-        n.input[:] = [renamed(i) for i in n.input]
-        # (a per-process counter naming a custom gradient: used while tracing only)
-        n.attr.pop("_gradient_op_type", None)
-    return canonical, [fed[t] for t in inputs], [renamed(t) for t in outputs]
+    return run, graph_digest(graph_def, inputs, outputs)
 
 
 def literals_from_proto(serialized):
@@ -168,13 +135,43 @@ def cached_hlo_module(fn, digest, specs, optimized, only_cached=False):
     optimized_key = "optimized-" + hashlib.sha256(
         f"{key}\n{cache.compiler_fingerprint()}".encode()).hexdigest()
     rerun = os.environ.get("KERASJIT_DEBUG") or os.environ.get("KERASJIT_DUMP_DIR")
+    if only_cached and not rerun:
+        stored = _StoredModule.load(optimized_key)
+        if stored is None:
+            raise NotCached(f"no optimised HLO under {optimized_key}")
+        return stored
     module = None if rerun else _cached_module(optimized_key)
-    if module is None and only_cached:
-        raise NotCached(f"no optimised HLO under {optimized_key}")
     if module is None:
         module = optimize_as_configured(_cached_module(key) or _stored(key, hlo_module(fn, *specs)))
         _stored(optimized_key, module)
+        cache.store_text(_StoredModule.fingerprint_key(optimized_key), cache.fingerprint(module))
     return module
+
+
+class _StoredModule:
+    """An optimised module from the compile cache, parsed when first looked
+    into: a lookup of its code needs only its fingerprint (the backend's key),
+    kept beside it, and the parse was a fifth of a warm start's lookups
+    (reports/tuning-measurements.md)."""
+
+    def __init__(self, text, fingerprint):
+        self.text, self.fingerprint, self.parsed = text, fingerprint, None
+
+    @staticmethod
+    def fingerprint_key(key):
+        return "fingerprint-" + key
+
+    @classmethod
+    def load(cls, key):
+        """The module stored under `key` with its fingerprint, else None."""
+        fingerprint = cache.load_text(cls.fingerprint_key(key))
+        text = fingerprint and cache.load_text(key)
+        return cls(text, fingerprint) if text else None
+
+    def __getattr__(self, name):        # (what the module holds: parsed now)
+        if self.parsed is None:
+            self.parsed = parse_module(self.text)
+        return getattr(self.parsed, name)
 
 
 def _bridge_key(digest, specs):

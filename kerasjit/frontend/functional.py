@@ -17,17 +17,19 @@ price is that every branch runs, which for the branches of a training step
 and makes values of no static shape (RMSprop's sparse update) stays an op
 that TensorFlow runs: no select can pick between values of two shapes.
 """
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.framework import node_def_pb2
+from tensorflow.core.framework import graph_pb2, node_def_pb2
 from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
 
 from .checks import add_input_checks, asserted_condition
 from .collectives import COLLECTIVES, local_all_reduces
 from .loops import LOOPS, as_function, retyped_loop, value_arguments
-from .nodes import Builder, const, node, node_name, placeholder, tensor_name
+from .nodes import (Builder, called_functions, const, graph_digest, node, node_name,
+                    placeholder, tensor_name)
 from .rewrites import rewrite_for_tf_parity
 from ..errors import UnsupportedGraph
 
@@ -58,6 +60,22 @@ class FunctionalGraph:
     resources: dict = field(default_factory=dict)
     checked: bool = False       # the last output says whether the inputs passed checks.py's
     asserts: bool = False       # ... and the step's own assertions (tf.debugging's) too
+
+    def digest(self):
+        """A hash of what the step computes and which variables it reads and
+        updates, names aside (nodes.graph_digest); None where a node calls a
+        function (a loop's body): functions are named by a per-process
+        counter, so no two traces' names agree."""
+        if any(called_functions(n) for n in self.nodes):
+            return None
+        graph = graph_pb2.GraphDef()
+        graph.node.extend(self.nodes)
+        updates = sorted(self.state_outputs.items())
+        digest = graph_digest(graph, self.inputs + self.state_inputs,
+                              self.outputs + [t for _, t in updates])
+        return hashlib.sha256(repr((
+            digest, [i for i, _ in updates], len(self.resources), self.checked, self.asserts,
+            [(tuple(v.shape), v.dtype.name) for v in self.variables])).encode()).hexdigest()
 
 
 def functionalize(concrete_fn):
@@ -104,7 +122,9 @@ def functionalize(concrete_fn):
         i = var_index[id(var)]
         if tensor_name(walker.current[internal]) != tensor_name(state_inputs[i]):
             state_outputs[i] = tensor_name(walker.current[internal])
-    outputs = [tensor_name(walker.resolve(t.name)) for t in concrete_fn.outputs]
+    producers = {n.name: n for n in walker.nodes}
+    outputs = [_passed_on(tensor_name(walker.resolve(t.name)), producers)
+               for t in concrete_fn.outputs]
     inputs = [t.name for t in graph.inputs[:len(graph.inputs) - len(concrete_fn.captured_inputs)]]
     fg = FunctionalGraph(walker.nodes, graph_def.library, inputs, variables,
                          [tensor_name(n) for n in state_inputs], outputs, state_outputs, specs,
@@ -114,6 +134,18 @@ def functionalize(concrete_fn):
     live = {n.name for n in fg.nodes}
     fg.resources = {t: h for t, h in fg.resources.items() if node_name(t) in live}
     return add_input_checks(rewrite_for_tf_parity(fg), asserted)
+
+
+def _passed_on(output, producers):
+    """An output as the value its Identity passes on, where the Identity only
+    orders it after the step's side effects (automatic control dependencies
+    wrap each output so; a pure graph orders nothing): the step is then the
+    same graph whether traced with them or without (step._Trace)."""
+    node = producers.get(node_name(output))
+    if node is None or node.op != "Identity" or len(node.input) < 2 \
+            or not all(i.startswith("^") for i in node.input[1:]):
+        return output
+    return tensor_name(node.input[0])
 
 
 class _Walker:

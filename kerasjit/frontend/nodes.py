@@ -1,7 +1,9 @@
 """Names and NodeDef builders for the graphs the frontend reads and writes."""
+import hashlib
+
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.framework import node_def_pb2
+from tensorflow.core.framework import function_pb2, graph_pb2, node_def_pb2
 
 
 def tensor_name(name):
@@ -62,3 +64,60 @@ class Builder:
         for k in range(outputs):
             self.specs[tensor_name(f"{made.name}:{k}")] = tf.TensorSpec(shape, dtype)
         return made
+
+
+def called_functions(node):
+    """The functions a NodeDef names in its attributes (a call, a loop's body)."""
+    return [f.name for a in node.attr.values() for f in (a.func, *a.list.func) if f.name]
+
+
+def library_for(nodes, library):
+    """The part of FunctionDefLibrary `library` that `nodes` call, directly
+    or through each other: a graph's digest then holds no function that its
+    nodes do not call (each named by a per-process counter)."""
+    functions = {f.signature.name: f for f in library.function}
+    called, stack = set(), [name for n in nodes for name in called_functions(n)]
+    while stack:
+        name = stack.pop()
+        if name in called or name not in functions:
+            continue
+        called.add(name)
+        stack.extend(name for n in functions[name].node_def for name in called_functions(n))
+    part = function_pb2.FunctionDefLibrary()
+    part.function.extend(functions[name] for name in sorted(called))
+    part.gradient.extend(g for g in library.gradient if g.function_name in called)
+    return part
+
+
+def graph_digest(graph_def, inputs, outputs):
+    """A hash of the graph with its nodes named by position and its inputs by
+    index: a second copy of a model (layers `dense_1` where the first had
+    `dense`) finds the first one's HLO."""
+    canonical, inputs, outputs = _canonical(graph_def, inputs, outputs)
+    digest = hashlib.sha256(canonical.SerializeToString(deterministic=True))
+    digest.update(repr((inputs, outputs)).encode())
+    return digest.hexdigest()
+
+
+def _canonical(graph_def, inputs, outputs):
+    """The graph, its inputs and its outputs with every node named by position
+    and every input tensor by index. Only names change, each to a name TF does
+    not allow (`%`), so no two graphs that differ otherwise look the same;
+    and the attribute numbering custom gradients goes (a per-process counter,
+    used while tracing only)."""
+    names = {n.name: f"%n{i}" for i, n in enumerate(graph_def.node)}
+    fed = {t: f"%in{k}" for k, t in enumerate(inputs)}
+
+    def renamed(t):
+        control = t.startswith("^")
+        node, colon, port = t.lstrip("^").partition(":")
+        if node in names:
+            return "^" * control + names[node] + colon + port
+        return "^" * control + fed.get(node + (colon + port or ":0"), node + colon + port)
+    canonical = graph_pb2.GraphDef()
+    canonical.CopyFrom(graph_def)
+    for n in canonical.node:
+        n.name = names[n.name]
+        n.input[:] = [renamed(i) for i in n.input]
+        n.attr.pop("_gradient_op_type", None)
+    return canonical, [fed[t] for t in inputs], [renamed(t) for t in outputs]

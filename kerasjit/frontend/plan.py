@@ -33,10 +33,11 @@ _RACED_OPS = ("Conv", "DepthwiseConv", "BatchMatMul", "Einsum", "MaxPool", "AvgP
 _LOOP_NEST_OPS = {"convolution", "reduce-window", "select-and-scatter", "sort"}
 
 
-def _tensorflow_may_win(module, target):
-    """Whether `module` compiled for `target` holds a loop nest where TensorFlow
-    has a library kernel: a convolution, pooling, a scan, a sort, or a dot that
-    is no GEMM."""
+def _tensorflow_may_win(specializer, target):
+    """Whether the module `specializer` compiled for `target` holds a loop nest
+    where TensorFlow has a library kernel: a convolution, pooling, a scan, a
+    sort, or a dot that is no GEMM."""
+    module = specializer.module
     return any(inst.opcode in _LOOP_NEST_OPS or inst.opcode == "dot"
                and dot_layout(inst, target.min_batched_product) is None
                for comp in module.computations for inst in comp.instructions)
@@ -185,16 +186,14 @@ class Planner:
                 self._compile_fn(hlo_fn, self._donations(members, inputs, outputs)),
                 name, self.cap, self.events, hlo_fn=hlo_fn)
             if self.race and any(op.startswith(_RACED_OPS) for _, op in ops):
-                run.race = Race(name)
+                run.race = Race(name, functools.partial(_tensorflow_may_win, run.specializer,
+                                                        self.backend.target))
             specs = self._input_specs(inputs)
             if specs is None:             # shapes known only at run time
                 continue
             try:
                 run.specializer.compile(tuple((tuple(s.shape), np.dtype(s.dtype.as_numpy_dtype))
                                               for s in specs))
-                if run.race and not _tensorflow_may_win(run.specializer.module,
-                                                          self.backend.target):
-                    run.race = None       # (its batched matmuls all became GEMMs)
             except bridge.BridgeRejected as e:
                 named = [n for n in e.nodes if n in self.by_name]
                 if not named:             # nothing to move out: keep it all in TF

@@ -277,6 +277,33 @@ def test_a_warm_start_runs_compiled_from_the_first_step(compile_cache_dir):
         np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=2e-5)
 
 
+def test_a_warm_start_whose_graph_is_not_the_one_compiled_compiles_it_anew(compile_cache_dir):
+    """The compile cache's mark that a step compiled before makes a warm start
+    trace it for the compiler alone. Where the graph traced is not the one
+    that compiled (the mark is stale), the step is traced again for
+    TensorFlow, which runs it while it compiles; training matches plain Keras
+    and the mark names the graph compiled now."""
+    from kerasjit.backends.cpu import cache
+    x, y = _data()
+    earlier = kerasjit.wrap(_model(), background=True)
+    earlier.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0)
+    earlier._kerasjit.train.wait()
+    (mark,) = compile_cache_dir.glob("warm-*.kjt")
+    compiled = cache.load_text(mark.stem)
+    cache.store_text(mark.stem, "0" * len(compiled))
+    plain = _model()
+    plain.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+    model = kerasjit.wrap(_model(), background=True, race=False)
+    watch = _Watch()
+    model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0, callbacks=[watch])
+    (run,) = model._kerasjit.train.programs.values()
+    assert run.trace.unordered and run.trace.traces == 2
+    assert not watch.compiled[0] and watch.compiled[8:] == [True] * 8
+    assert cache.load_text(mark.stem) == compiled
+    for ours, theirs in zip(model.get_weights(), plain.get_weights()):
+        np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=2e-5)
+
+
 def test_a_warm_start_keeps_the_verdict_of_the_earlier_run(compile_cache_dir):
     """The step verdict (compiled against TensorFlow's whole step) is kept in
     the compile cache with the code: a warm start applies it without timing

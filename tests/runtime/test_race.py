@@ -136,4 +136,5 @@ def test_no_race_without_one_asked_for_the_oracle_or_for_dense_math(
     wrapped = model(**wrap_kwargs)
     train(wrapped, epochs=1)
     (cluster,) = clusters(wrapped)
-    assert cluster.kind == "compiled" and cluster.race is None
+    # (a race asked for finds at its first call that TensorFlow has no library kernel to win)
+    assert cluster.kind == "compiled" and (cluster.race is None or cluster.race.calls == 0)

@@ -117,8 +117,11 @@ def compiler_fingerprint():
 
 
 def cache_key(module, host, donate=None):
+    """The key of `module`'s code (a module from the cache may know its
+    fingerprint already: bridge._StoredModule)."""
+    known = getattr(module, "fingerprint", None)
     text = (f"{FORMAT}\n{compiler_fingerprint()}\nllvmlite {llvmlite.__version__}\n"
-            f"{host}\ndonated {sorted((donate or {}).items())}\n{fingerprint(module)}")
+            f"{host}\ndonated {sorted((donate or {}).items())}\n{known or fingerprint(module)}")
     return hashlib.sha256(text.encode()).hexdigest()
 
 
