@@ -168,8 +168,9 @@ def _observes_batches(callback):
         return False
     if isinstance(callback, keras.callbacks.ModelCheckpoint) and callback.save_freq == "epoch":
         return False
+    # (a hook overridden in its class, or set on the instance: LambdaCallback's)
     return any(getattr(type(callback), hook) is not getattr(keras.callbacks.Callback, hook)
-               for hook in _BATCH_HOOKS)
+               or hook in vars(callback) for hook in _BATCH_HOOKS)
 
 
 class _Flush(keras.callbacks.Callback):

@@ -73,6 +73,31 @@ def test_a_callback_reading_weights_each_batch_sees_each_step():
         np.testing.assert_allclose(p, q, atol=1e-6)
 
 
+def test_a_lambda_callback_sees_and_changes_the_weights_each_batch():
+    """LambdaCallback sets its batch hooks on the instance, not its class:
+    what it reads is each step's weights, what it assigns the next step uses."""
+    results = []
+    for wrapped in (False, True):
+        m, seen = model(wrapped), []
+
+        def look(batch, logs, m=m, seen=seen):
+            seen.append(m.get_weights()[0].copy())
+            if batch == 2:
+                m.layers[1].kernel.assign(np.zeros((8, 3), np.float32))
+        history = m.fit(X, Y, batch_size=16, epochs=2, shuffle=False, verbose=0, callbacks=[
+            keras.callbacks.LambdaCallback(on_train_batch_end=look),
+            keras.callbacks.LambdaCallback(
+                on_batch_end=lambda batch, logs, m=m, seen=seen: seen.append(m.get_weights()[2]))])
+        results.append((seen, history.history["loss"], m.get_weights()))
+    (want_seen, want_loss, want), (got_seen, got_loss, got) = results
+    assert len(got_seen) == len(want_seen) == 24
+    for p, q in zip(want_seen, got_seen):
+        np.testing.assert_allclose(q, p, atol=1e-6)
+    np.testing.assert_allclose(got_loss, want_loss, rtol=1e-5)
+    for p, q in zip(want, got):
+        np.testing.assert_allclose(q, p, atol=1e-6)
+
+
 def test_epoch_callbacks_and_validation_see_current_weights():
     (plain, [a], ha), (wrapped, [b], hb) = fit_both(
         spies_factory=lambda: [EpochSpy()], validation_split=0.25)
