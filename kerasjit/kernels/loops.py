@@ -86,9 +86,10 @@ def lower_while(lw, inst, lower_called):
                for leaf in leaves(structure)]
     state = []
     for leaf, bid, unchanged in zip(leaves(structure), initial, passed_on(body)):
-        # A value passed on unchanged, or made only to start this loop, is
+        # A value passed on unchanged, or made only to start this loop as this
+        # leaf alone (not also another leaf, which the loop may pass on), is
         # state where it is; any other is copied in (the loop overwrites it).
-        if unchanged or (lw.buffers[bid].role == "temp" and bid not in state
+        if unchanged or (lw.buffers[bid].role == "temp" and initial.count(bid) == 1
                          and not isinstance(leaf, int) and _feeds_only(lw, leaf, inst)):
             state.append(bid)
             continue

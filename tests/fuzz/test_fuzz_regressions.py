@@ -71,6 +71,43 @@ ENTRY %main (p: f32[2,1,3,8]) -> f32[1,48] {
   ROOT %o = f32[1,48]{1,0} reshape(f32[1,6,8]{2,1,0} %n)
 }
 """, [np.arange(48, dtype=np.float32).reshape(2, 1, 3, 8)]),
+    # A loop's state started as one value twice, a leaf the body changes and
+    # one it passes on (a captured value, as TensorFlow's while_loop passes
+    # it): the changing leaf took the value's buffer as its own and wrote
+    # over the other (a Keras model's predict and evaluate were wrong).
+    "loop_state_holding_one_value_twice": ("""HloModule fuzz
+%cond (c.p: (s32[], f32[4]{0}, f32[4]{0})) -> pred[] {
+  %c.p = (s32[], f32[4]{0}, f32[4]{0}) parameter(0)
+  %c.i = s32[] get-tuple-element((s32[], f32[4]{0}, f32[4]{0}) %c.p), index=0
+  %c.n = s32[] constant(3)
+  ROOT %c.lt = pred[] compare(s32[] %c.i, s32[] %c.n), direction=LT
+}
+
+%body (b.p: (s32[], f32[4]{0}, f32[4]{0})) -> (s32[], f32[4]{0}, f32[4]{0}) {
+  %b.p = (s32[], f32[4]{0}, f32[4]{0}) parameter(0)
+  %b.i = s32[] get-tuple-element((s32[], f32[4]{0}, f32[4]{0}) %b.p), index=0
+  %b.v = f32[4]{0} get-tuple-element((s32[], f32[4]{0}, f32[4]{0}) %b.p), index=1
+  %b.h = f32[4]{0} get-tuple-element((s32[], f32[4]{0}, f32[4]{0}) %b.p), index=2
+  %b.half = f32[] constant(0.5)
+  %b.halves = f32[4]{0} broadcast(f32[] %b.half), dimensions={}
+  %b.scaled = f32[4]{0} multiply(f32[4]{0} %b.v, f32[4]{0} %b.halves)
+  %b.next = f32[4]{0} add(f32[4]{0} %b.scaled, f32[4]{0} %b.h)
+  %b.one = s32[] constant(1)
+  %b.i2 = s32[] add(s32[] %b.i, s32[] %b.one)
+  ROOT %b.t = (s32[], f32[4]{0}, f32[4]{0}) tuple(s32[] %b.i2, f32[4]{0} %b.next, f32[4]{0} %b.h)
+}
+
+ENTRY %main (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  %one = f32[] constant(1)
+  %ones = f32[4]{0} broadcast(f32[] %one), dimensions={}
+  %h = f32[4]{0} add(f32[4]{0} %p, f32[4]{0} %ones)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[4]{0}, f32[4]{0}) tuple(s32[] %zero, f32[4]{0} %h, f32[4]{0} %h)
+  %loop = (s32[], f32[4]{0}, f32[4]{0}) while((s32[], f32[4]{0}, f32[4]{0}) %init), condition=%cond, body=%body
+  ROOT %v = f32[4]{0} get-tuple-element((s32[], f32[4]{0}, f32[4]{0}) %loop), index=1
+}
+""", [np.array([1, 2, -3, 6], np.float32)]),
 }
 
 

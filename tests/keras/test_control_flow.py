@@ -115,3 +115,27 @@ def test_a_loop_assigning_a_variable_compiles_and_matches_plain_keras():
     for a, b in zip(wrapped.get_weights(), plain.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert float(wrapped.layers[0].turns.numpy()) == 3 * 6 == float(plain.layers[0].turns.numpy())
+
+
+def test_a_loop_reading_the_value_it_starts_from_predicts_as_plain_keras():
+    """A loop whose carried value starts as a value its body also reads: the
+    loop's state holds that value twice, once passed on unchanged."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(16, 10)).astype(np.float32), rng.normal(size=(16, 4)).astype(np.float32)
+
+    def build():
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((10,))
+        h = keras.layers.Dense(4)(inputs)
+        out = keras.layers.Lambda(lambda h: keras.ops.while_loop(
+            lambda k, v: k < 3, lambda k, v: (k + 1, keras.ops.tanh(v) * 0.9 + h * 0.1),
+            (0, h))[1])(h)
+        model = keras.Model(inputs, out)
+        model.compile(optimizer="sgd", loss="mse")
+        return model
+    plain, wrapped = build(), kerasjit.wrap(build(), race=False)
+    np.testing.assert_allclose(wrapped.predict(x, verbose=0), plain.predict(x, verbose=0),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(wrapped.evaluate(x, y, verbose=0), plain.evaluate(x, y, verbose=0),
+                               rtol=1e-5)
+    assert _kinds(wrapped._kerasjit.predict, (x,)) == ["compiled"]

@@ -69,3 +69,19 @@ def test_cond_inside_a_loop():
     check(module, [x])
     np.testing.assert_allclose(BACKEND.compile(bridge(_clipped_steps, x))([x])[0],
                                tf.function(_clipped_steps)(x).numpy(), rtol=1e-6)
+
+
+def _started_from_a_value_it_also_reads(x):
+    """A loop whose carried value starts as a value its body also reads
+    (captured): the state holds one value twice, one leaf changing."""
+    h = x + 1.0
+    return tf.while_loop(lambda k, v: k < 3, lambda k, v: (k + 1, tf.tanh(v) * 0.9 + h * 0.1),
+                         (0, h))[1]
+
+
+@pytest.mark.tensorflow_reference
+def test_a_loop_state_holding_one_value_twice_keeps_the_leaf_passed_on():
+    x = np.linspace(-1, 2, 12, dtype=np.float32).reshape(4, 3)
+    check(bridge(_started_from_a_value_it_also_reads, x), [x])
+    np.testing.assert_allclose(BACKEND.compile(bridge(_started_from_a_value_it_also_reads, x))(
+        [x])[0], tf.function(_started_from_a_value_it_also_reads)(x).numpy(), rtol=1e-6)
