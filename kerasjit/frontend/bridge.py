@@ -7,6 +7,7 @@ bridge rejects a node, the error names it; the caller moves that node to
 TensorFlow and partitions again.
 """
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -16,6 +17,7 @@ import tensorflow as tf
 from tensorflow.compiler.xla import xla_data_pb2
 from tensorflow.compiler.xla.service import hlo_pb2
 from tensorflow.core.framework import graph_pb2
+from tensorflow.python.framework import op_def_registry
 from tensorflow.python.ops import control_flow_ops
 
 from ..backends.cpu import cache
@@ -24,7 +26,7 @@ from ..hlo import parse_module, print_module
 from ..hlo.shape import DTYPES
 from ..passes import optimize_as_configured
 from .collectives import COLLECTIVES
-from .nodes import graph_digest, library_for
+from .nodes import attribute_types, graph_digest, library_for
 
 # Ops whose output shape depends on input values: the bridge can only give
 # them bounded dynamic shapes, which kerasjit does not compile.
@@ -74,11 +76,17 @@ def static_reason(node):
         return DYNAMIC_SHAPE_OPS[node.op]
     if node.op in BRANCH_OPS:       # (the others were if-converted: functional.py)
         return "a branch whose results have no static shape"
-    types = [a.type for a in node.attr.values()] + [t for a in node.attr.values()
-                                                   for t in a.list.type]
-    if tf.string.as_datatype_enum in types:
+    if tf.string.as_datatype_enum in attribute_types(node) or _makes_strings(node.op):
         return "string tensors have no XLA representation"
     return ""
+
+
+@functools.cache
+def _makes_strings(op):
+    """Whether op `op` makes strings whatever its attributes (AsString)."""
+    op_def = op_def_registry.get(op)
+    return op_def is not None and any(a.type == tf.string.as_datatype_enum
+                                      for a in op_def.output_arg)
 
 
 def subgraph_function(nodes, library, inputs, outputs):

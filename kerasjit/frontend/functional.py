@@ -17,12 +17,14 @@ price is that every branch runs, which for the branches of a training step
 and makes values of no static shape (RMSprop's sparse update) stays an op
 that TensorFlow runs: no select can pick between values of two shapes.
 """
+import functools
 import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2, node_def_pb2
+from tensorflow.python.framework import op_def_registry
 from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
 
 from .checks import add_input_checks, asserted_condition
@@ -130,17 +132,28 @@ def functionalize(concrete_fn):
                          [tensor_name(n) for n in state_inputs], outputs, state_outputs, specs,
                          {tensor_name(name): handle for name, handle in tokens.items()})
     asserted = walker.asserted
-    fg = _prune(local_all_reduces(fg), asserted)
+    # (TensorFlow runs every stateful op of a step, whether or not its outputs are read)
+    effects = [n.name for n in walker.nodes if _stateful(n.op)]
+    fg = _prune(local_all_reduces(fg), asserted + effects)
     live = {n.name for n in fg.nodes}
     fg.resources = {t: h for t, h in fg.resources.items() if node_name(t) in live}
     return add_input_checks(rewrite_for_tf_parity(fg), asserted)
 
 
+@functools.cache
+def _stateful(op):
+    """Whether op `op` may have an effect beyond its outputs (a tf.py_function's,
+    a print's): automatic control dependencies make TensorFlow run it."""
+    op_def = op_def_registry.get(op)
+    return op_def is not None and op_def.is_stateful
+
+
 def _passed_on(output, producers):
     """An output as the value its Identity passes on, where the Identity only
     orders it after the step's side effects (automatic control dependencies
-    wrap each output so; a pure graph orders nothing): the step is then the
-    same graph whether traced with them or without (step._Trace)."""
+    wrap each output so; a pure graph orders nothing, and its stateful ops
+    are kept as effects): the step is then the same graph whether traced with
+    them or without (step._Trace)."""
     node = producers.get(node_name(output))
     if node is None or node.op != "Identity" or len(node.input) < 2 \
             or not all(i.startswith("^") for i in node.input[1:]):

@@ -68,7 +68,26 @@ class Builder:
 
 def called_functions(node):
     """The functions a NodeDef names in its attributes (a call, a loop's body)."""
-    return [f.name for a in node.attr.values() for f in (a.func, *a.list.func) if f.name]
+    names = []
+    for a in node.attr.values():
+        kind = a.WhichOneof("value")      # (cheaper than reading each field of each value)
+        if kind == "func":
+            names.append(a.func.name)
+        elif kind == "list" and a.list.func:
+            names += [f.name for f in a.list.func]
+    return names
+
+
+def attribute_types(node):
+    """The dtypes a NodeDef's attributes name (its inputs' and outputs' types)."""
+    types = []
+    for a in node.attr.values():
+        kind = a.WhichOneof("value")
+        if kind == "type":
+            types.append(a.type)
+        elif kind == "list" and a.list.type:
+            types += a.list.type
+    return types
 
 
 def library_for(nodes, library):
