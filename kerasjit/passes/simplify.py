@@ -22,6 +22,7 @@ tuple layout never change:
   x + dynamic-update-slice(zeros, u, i) -> dynamic-update-slice(x, x[i] + u, i)
       (not bit-exact: outside the window a -0.0 of x stays -0.0 where
       x + 0.0 made it +0.0)
+  dot over an empty contracted dim -> a broadcast zero
   power(x, 2) -> x * x (exact), power(x, 3) -> x * x * x, power(x, 4) -> (x * x) * (x * x)
       (floats; within an ulp or two of pow, which is itself not correctly
       rounded: a multiply vectorises where a pow call per element does not,
@@ -31,9 +32,11 @@ Mutates and returns the module; replaced instructions are removed.
 """
 import math
 
+import numpy as np
+
 from ..hlo.ir import Instruction, NameUniquer
 from ..hlo.opcodes import ELEMENTWISE, INJECTIVE
-from ..hlo.shape import Shape
+from ..hlo.shape import DTYPES, Shape
 from .util import rewrite, uniform_value
 
 
@@ -41,9 +44,9 @@ def simplify(module):
     names = NameUniquer(module)
 
     def visit(inst, emit):
-        def make(opcode, shape, operands, attrs):
+        def make(opcode, shape, operands, attrs, literal=None):
             """A new instruction, itself simplified; emitted unless replaced."""
-            new = Instruction(names(opcode), opcode, shape, list(operands), dict(attrs))
+            new = Instruction(names(opcode), opcode, shape, list(operands), dict(attrs), literal)
             better = _simplify(new, make)
             if better is not None:
                 return better
@@ -188,8 +191,19 @@ _RULES = {"reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast,
           "set-dimension-size": _set_dimension_size}
 
 
+def _empty_contraction(inst, make):
+    """A dot over an empty contracted dim: zeros (a sum of no products), where
+    kernels would read the empty operands' memory."""
+    lhs = inst.operands[0]
+    if not any(lhs.shape.dims[d] == 0 for d in inst.attrs.get("lhs_contracting_dims", ())):
+        return None
+    zero = make("constant", Shape.array(inst.shape.dtype, ()), [], {},
+                np.zeros((), DTYPES[inst.shape.dtype]))
+    return make("broadcast", inst.shape, [zero], {"dimensions": ()})
+
+
 # Rules that build several instructions: (inst, make) -> the replacement, or None.
-_BUILDING_RULES = {"add": _add_into_window, "power": _power}
+_BUILDING_RULES = {"add": _add_into_window, "power": _power, "dot": _empty_contraction}
 
 
 def _scalar_broadcast(inst):
