@@ -874,6 +874,68 @@ def gen_argmax(b, pool):
                   bound=x.dims[d], grid=0)
 
 
+# ----------------------------------------------------------- loops
+
+LOOP_OPS = ("add", "subtract", "maximum", "minimum")
+
+
+def gen_while(b, pool):
+    """A counted while loop over a state of 2 to 4 values of one shape, a value
+    often in it twice (TensorFlow passes a captured value beside the carried
+    one it starts): each iteration passes a leaf on, or makes it of itself and
+    another leaf (a sum, a difference, a max, a min), or another leaf's value
+    (the state permuted). One leaf after the loop is the result."""
+    x = pick(b.rng, pool, lambda v: v.tuple_shape is None and v.dtype != "pred")
+    if x is None:
+        return None
+    if x.dtype in FLOATS and not x.exact:
+        x = clamped(b, x, INEXACT_LIMIT)
+    if b.rng.random() < 0.5:      # (a value made for the loop alone, which it may start in place)
+        x = elementwise(b, "negate", [x])
+    alike = [v for v in pool if v.tuple_shape is None and v.dtype == x.dtype and v.dims == x.dims
+             and (v.exact or x.dtype not in FLOATS)] + [x, b.parameter(x.dtype, x.dims)]
+    leaves = [x, *(pick(b.rng, alike) for _ in range(int(b.rng.integers(1, 4))))]
+    turns, n = int(b.rng.integers(1, 4)), len(leaves)
+    t, state = shape_text(x.dtype, x.dims), f"(s32[], {', '.join([shape_text(x.dtype, x.dims)] * n)})"
+    k = next(b.names)
+    body, cond = f"loop_body.{k}", f"loop_cond.{k}"
+    lines = [f"%{body} ({body}.p: {state}) -> {state} {{", f"  %{body}.p = {state} parameter(0)",
+             f"  %{body}.i = s32[] get-tuple-element({state} %{body}.p), index=0"]
+    lines += [f"  %{body}.l{j} = {t} get-tuple-element({state} %{body}.p), index={j + 1}"
+              for j in range(n)]
+    nexts, combined = [], False
+    for j in range(n):
+        kind, other = choice(b.rng, ["pass", "combine", "take"], [4, 4, 2]), int(b.rng.integers(n))
+        if kind == "combine":
+            lines.append(f"  %{body}.n{j} = {t} {choice(b.rng, LOOP_OPS)}({t} %{body}.l{j}, "
+                         f"{t} %{body}.l{other})")
+            nexts.append(f"%{body}.n{j}")
+            combined = True
+        else:
+            nexts.append(f"%{body}.l{other if kind == 'take' else j}")
+    lines += [f"  %{body}.one = s32[] constant(1)",
+              f"  %{body}.i2 = s32[] add(s32[] %{body}.i, s32[] %{body}.one)",
+              f"  ROOT %{body}.t = {state} tuple(s32[] %{body}.i2, "
+              + ", ".join(f"{t} {v}" for v in nexts) + ")", "}", ""]
+    b.computation(body, "\n".join(lines))
+    b.computation(cond, f"""%{cond} ({cond}.p: {state}) -> pred[] {{
+  %{cond}.p = {state} parameter(0)
+  %{cond}.i = s32[] get-tuple-element({state} %{cond}.p), index=0
+  %{cond}.n = s32[] constant({turns})
+  ROOT %{cond}.lt = pred[] compare(s32[] %{cond}.i, s32[] %{cond}.n), direction=LT
+}}
+""")
+    init = b.tuple_op(state, "tuple", [b.constant("s32", 0), *leaves], "")
+    loop = b.tuple_op(state, "while", [init], f", condition=%{cond}, body=%{body}")
+    # (each turn at most doubles a leaf: a sum of two)
+    bound = max(v.bound for v in leaves) * (2 ** turns if combined else 1)
+    grid = _grid_max(*(v.grid for v in leaves))
+    exact = all(v.exact for v in leaves) and on_grid(x.dtype, bound, grid) is not None
+    return b.emit("get-tuple-element", x.dtype, x.dims, [loop],
+                  f", index={int(b.rng.integers(1, n + 1))}", exact=exact, bound=bound,
+                  grid=grid, zero_sign=not combined and all(v.zero_sign for v in leaves))
+
+
 # ----------------------------------------------------- dot and convolution
 
 
@@ -975,7 +1037,7 @@ GENERATORS = {
     gen_transpose: 1, gen_regroup: 0.5, gen_slice: 1, gen_pad: 1, gen_concatenate: 1,
     gen_reverse: 0.7, gen_iota: 0.3, gen_dynamic_slice: 0.6, gen_dynamic_update_slice: 0.4,
     gen_reduce: 2, gen_reduce_window: 0.5, gen_argmax: 0.8, gen_softmax: 0.4, gen_dot: 1, gen_convolution: 0.8,
-    gen_duplicate: 0.3,
+    gen_duplicate: 0.3, gen_while: 0.4,
 }
 
 

@@ -88,12 +88,14 @@ def test_programs_cover_the_constructs_and_replay_alone():
             seen["feature groups"] += inst.attrs.get("feature_group_count", 1) > 1
             seen["batch groups"] += inst.attrs.get("batch_group_count", 1) > 1
             seen["tuple output"] += inst is module.entry.root and inst.opcode == "tuple"
+            state = inst.operands[0].operands if inst.opcode == "while" else []
+            seen["loop state holding a value twice"] += len(set(state)) < len(state)
     wanted = {"add", "log", "divide", "shift-left", "compare", "select", "clamp", "convert",
               "bitcast-convert", "broadcast", "reshape", "transpose", "slice", "pad",
               "concatenate", "reverse", "reduce", "reduce-window", "dot", "convolution", "iota",
               "dynamic-slice", "dynamic-update-slice", "variadic reduce", "strided slice",
               "negative or interior pad", "dot batch dims", "feature groups", "batch groups",
-              "tuple output"}
+              "tuple output", "while", "loop state holding a value twice"}
     assert not {w for w in wanted if not seen[w]}
     assert fuzz_hlo.generate(SEED, 123) == fuzz_hlo.generate(SEED, 123) \
         != fuzz_hlo.generate(SEED, 124)
