@@ -67,14 +67,24 @@ def _signature(flat):
 
 
 def _packer(structure):
-    """tf.nest.pack_sequence_as(structure, ·); directly, and cheaper, for a
-    flat dict of tensors (a step's logs)."""
-    if type(structure) is dict and all(type(k) is str and not tf.nest.is_nested(v)
+    """tf.nest.pack_sequence_as(structure, ·) of the step's outputs other than
+    its Nones (a gradient of a value that does not depend on a variable); directly,
+    and cheaper, for a flat dict of tensors (a step's logs)."""
+    if type(structure) is dict and all(type(k) is str and v is not None
+                                       and not tf.nest.is_nested(v)
                                        for k, v in structure.items()):
         order = sorted(structure)               # tf.nest's order of the values
         slots = [(k, order.index(k)) for k in structure]
         return lambda flat: {k: flat[i] for k, i in slots}
-    return lambda flat: tf.nest.pack_sequence_as(structure, flat)
+    leaves = tf.nest.flatten(structure)
+    if None not in leaves:
+        return lambda flat: tf.nest.pack_sequence_as(structure, flat)
+
+    def pack(flat):
+        given = iter(flat)
+        return tf.nest.pack_sequence_as(structure, [None if leaf is None else next(given)
+                                                    for leaf in leaves])
+    return pack
 
 
 class _Trace:
@@ -327,8 +337,12 @@ class _Verdict:
 
 class CompiledStep:
     def __init__(self, fn, backend="auto", name=None, max_shapes=8, events=None, store=None,
-                 verbose=lambda: False, race=True, background=False, describe=lambda: ""):
+                 verbose=lambda: False, race=True, background=False, describe=lambda: "",
+                 autograph=False):
         self.fn, self.backend, self.max_shapes = fn, get_backend(backend), max_shapes
+        # Python control flow on tensors made graph ops, as tf.function does by
+        # default (Keras's steps are traced without: plain Keras's are too)
+        self.autograph = autograph
         self.race = race            # compiled clusters are timed against TensorFlow
         self.verbose = verbose      # whether to announce compiles (fit's verbosity)
         self.describe = describe    # what the step computes beyond its code (its model)
@@ -372,10 +386,10 @@ class CompiledStep:
                 with traced_for_xla():
                     out = self.fn(*tf.nest.pack_sequence_as(structure, full))
                 out_structure.append(out)
-                return tf.nest.flatten(out)
+                return [t for t in tf.nest.flatten(out) if t is not None]
             unordered = None if ordered else {_NO_CONTROL_DEPENDENCIES: True}
-            concrete = tf.function(pure, autograph=False, experimental_attributes=unordered) \
-                .get_concrete_function(*specs)
+            concrete = tf.function(pure, autograph=self.autograph,
+                                   experimental_attributes=unordered).get_concrete_function(*specs)
             return concrete, out_structure[0]
         return _Trace(trace, ordered)
 
@@ -641,7 +655,8 @@ class CompiledStep:
         (as a tf.function returns them)."""
         outputs = self.run_many([args])
         if any(isinstance(a, tf.Tensor) for a in tf.nest.flatten(args)):
-            return tf.nest.map_structure(tf.convert_to_tensor, outputs)
+            return tf.nest.map_structure(lambda o: o if o is None else tf.convert_to_tensor(o),
+                                         outputs)
         return outputs
 
     def run_many(self, batches, keep_all=False):
@@ -712,7 +727,10 @@ def jit(fn, backend="auto", max_shapes=8, race=True):
     """Compile a TensorFlow function of tensors (the seed's `xla.compile`).
 
     Returns a callable taking arrays or tensors and returning numpy results
-    for arrays, tensors for tensors (as a tf.function does); variables it
-    captures are read and updated as TensorFlow would. `race` as for `wrap`.
+    for arrays, tensors for tensors (as a tf.function does; a None among them
+    stays None); variables it captures are read and updated as TensorFlow
+    would. Python control flow on tensors (an `if`, a `for` over `tf.range`)
+    becomes graph ops, as tf.function's AutoGraph makes it. `race` as for
+    `wrap`.
     """
-    return CompiledStep(fn, backend, max_shapes=max_shapes, race=race)
+    return CompiledStep(fn, backend, max_shapes=max_shapes, race=race, autograph=True)

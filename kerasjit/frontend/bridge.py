@@ -41,6 +41,9 @@ BRANCH_OPS = {"If", "StatelessIf", "Case", "StatelessCase"}
 STATEFUL_RANDOM_OPS = {"RandomUniform", "RandomUniformInt", "RandomStandardNormal",
                        "TruncatedNormal", "RandomShuffle", "Multinomial", "RandomGamma",
                        "RandomPoisson", "RandomPoissonV2"}
+# Stateless generators whose XLA kernel draws other numbers than TensorFlow's
+# from the same seed (an inverse-CDF truncated normal, not TensorFlow's rejection).
+OTHER_STREAM_OPS = {"StatelessTruncatedNormal", "StatelessTruncatedNormalV2"}
 _REJECTED_NODE = re.compile(r"\{\{node ([^}]+)\}\}|node `([^`]+)`")
 
 
@@ -72,6 +75,8 @@ def static_reason(node):
         return "a collective across replicas: TensorFlow runs it"
     if node.op in STATEFUL_RANDOM_OPS:
         return "stateful random op: its stream is TensorFlow's own"
+    if node.op in OTHER_STREAM_OPS:
+        return "XLA's kernel draws other numbers than TensorFlow's from the same seed"
     if node.op in DYNAMIC_SHAPE_OPS:
         return DYNAMIC_SHAPE_OPS[node.op]
     if node.op in BRANCH_OPS:       # (the others were if-converted: functional.py)

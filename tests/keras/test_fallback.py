@@ -263,3 +263,44 @@ def test_jit_returns_tensors_for_tensors_and_arrays_for_arrays():
     assert isinstance(total, tf.Tensor) and isinstance(doubled, tf.Tensor)
     np.testing.assert_allclose(doubled.numpy(), x * 2)
     assert float(total) == 6.0
+
+
+def test_jit_keeps_a_none_among_the_results():
+    """A gradient of a value that does not depend on an input is None in
+    TensorFlow's results, and in jit's."""
+    def f(x, y):
+        with tf.GradientTape() as tape:
+            tape.watch([x, y])
+            loss = tf.reduce_sum(tf.sin(x))
+        return loss, tape.gradient(loss, [x, y])
+    x, y = np.array([0.5, 1.0], np.float32), np.array([2.0], np.float32)
+    loss, (dx, dy) = kerasjit.jit(f, race=False)(x, y)
+    want_loss, (want_dx, _) = tf.function(f)(tf.constant(x), tf.constant(y))
+    assert dy is None
+    np.testing.assert_allclose(loss, want_loss.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(dx, want_dx.numpy(), rtol=1e-6)
+    _, (_, dy) = kerasjit.jit(f, race=False)(tf.constant(x), tf.constant(y))
+    assert dy is None
+
+
+def test_jit_makes_python_control_flow_on_tensors_graph_ops():
+    def f(x):
+        total = tf.zeros_like(x[0])
+        for i in tf.range(tf.shape(x)[0]):
+            if tf.reduce_sum(x[i]) > 0:
+                total += x[i]
+        return total
+    x = np.array([[1, 2], [-3, 1], [0.5, 0.5]], np.float32)
+    np.testing.assert_allclose(kerasjit.jit(f, race=False)(x), [1.5, 2.5])
+
+
+def test_a_truncated_normal_draws_tensorflows_numbers():
+    """XLA's stateless truncated normal draws other numbers from the same
+    seed: that op runs in TensorFlow, and says why."""
+    def f(seed):
+        return tf.random.stateless_truncated_normal([6], seed) * 2.0
+    seed = np.array([1, 2], np.int32)
+    jitted = kerasjit.jit(f, race=False)
+    np.testing.assert_array_equal(jitted(seed), tf.function(f)(seed).numpy())
+    reasons = [c.reason for c in kerasjit.explain(jitted, seed).clusters]
+    assert any("other numbers" in r for r in reasons)
