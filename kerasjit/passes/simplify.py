@@ -23,6 +23,7 @@ tuple layout never change:
       (not bit-exact: outside the window a -0.0 of x stays -0.0 where
       x + 0.0 made it +0.0)
   dot over an empty contracted dim -> a broadcast zero
+  reduce of no elements -> its init values, broadcast
   power(x, 2) -> x * x (exact), power(x, 3) -> x * x * x, power(x, 4) -> (x * x) * (x * x)
       (floats; within an ulp or two of pow, which is itself not correctly
       rounded: a multiply vectorises where a pow call per element does not,
@@ -202,8 +203,21 @@ def _empty_contraction(inst, make):
     return make("broadcast", inst.shape, [zero], {"dimensions": ()})
 
 
+def _empty_reduce(inst, make):
+    """A reduce of no elements: its init values, where kernels would read the
+    empty operands' memory."""
+    n = len(inst.operands) // 2
+    if inst.operands[0].shape.size != 0:
+        return None
+    shapes = inst.shape.tuple_shapes if inst.shape.is_tuple else [inst.shape]
+    inits = [make("broadcast", shape, [init], {"dimensions": ()})
+             for shape, init in zip(shapes, inst.operands[n:])]
+    return make("tuple", inst.shape, inits, {}) if inst.shape.is_tuple else inits[0]
+
+
 # Rules that build several instructions: (inst, make) -> the replacement, or None.
-_BUILDING_RULES = {"add": _add_into_window, "power": _power, "dot": _empty_contraction}
+_BUILDING_RULES = {"add": _add_into_window, "power": _power, "dot": _empty_contraction,
+                   "reduce": _empty_reduce}
 
 
 def _scalar_broadcast(inst):

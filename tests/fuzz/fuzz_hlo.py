@@ -384,6 +384,9 @@ def fit(b, v, dtype, dims):
         return v
     if v.size == n:
         return b.reshape(v, dims)
+    if n == 0:              # (an empty slice, as tf.matmul(a[:, :0], b[:0]) reads)
+        flat = b.reshape(v, (v.size,))
+        return b.reshape(b.emit("slice", dtype, (0,), [flat], ", slice={[0:0:1]}"), dims)
     if v.size == 1:
         return b.broadcast(b.reshape(v, ()), dims, ())
     flat = b.reshape(v, (v.size,))
@@ -638,7 +641,7 @@ def gen_concatenate(b, pool):
     parts = [x]
     for _ in range(int(b.rng.integers(1, 3))):
         dims = list(x.dims)
-        dims[d] = int(b.rng.integers(1, 5))
+        dims[d] = int(b.rng.integers(0 if b.rng.random() < 0.1 else 1, 5))
         parts.append(operand(b, pool, x.dtype, dims))
     b.rng.shuffle(parts)
     dims = list(x.dims)
@@ -763,7 +766,12 @@ def gen_reduce(b, pool):
     if x is None:
         return None
     opcode = choice(b.rng, ["and", "or"] if x.dtype == "pred" else list(REDUCERS))
-    return reduce(b, x, opcode, _reduced_dims(b, x))
+    dims = _reduced_dims(b, x)
+    if dims and b.rng.random() < 0.05:         # (over an empty dim: the init value)
+        empty = list(x.dims)
+        empty[dims[0]] = 0
+        x = fit(b, x, x.dtype, empty)
+    return reduce(b, x, opcode, dims)
 
 
 def gen_softmax(b, pool):
@@ -944,6 +952,8 @@ def gen_dot(b, pool):
     rng = b.rng
     sizes = {kind: [int(rng.integers(1, 6)) for _ in range(int(rng.integers(0, 3)))]
              for kind in ("batch", "contract", "lhs", "rhs")}
+    if sizes["contract"] and rng.random() < 0.1:        # (a sum of no products: zeros)
+        sizes["contract"][int(rng.integers(len(sizes["contract"])))] = 0
     if not _size_ok(sizes["batch"] + sizes["lhs"] + sizes["rhs"]):
         return None
     canonical = rng.random() < 0.5        # [batch, rows, depth] x [batch, depth, columns]

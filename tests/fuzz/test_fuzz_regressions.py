@@ -122,6 +122,32 @@ ENTRY %main (p: f32[4,0], q: f32[2,0,3], r: f32[0,3]) -> (f32[4,3], f32[2,4,3]) 
 }
 """, [np.zeros((4, 0), np.float32), np.zeros((2, 0, 3), np.float32),
       np.zeros((0, 3), np.float32)]),
+    # A reduce of no elements (a sum over an empty slice) is its init value;
+    # the CPU kernels read the empty operand's memory (found by the fuzzer
+    # once its dots, concatenations and reduces met empty operands).
+    "reduce_of_no_elements": ("""HloModule fuzz
+%add.s8 (add.s8.x: s8[], add.s8.y: s8[]) -> s8[] {
+  %add.s8.x = s8[] parameter(0)
+  %add.s8.y = s8[] parameter(1)
+  ROOT %add.s8.r = s8[] add(s8[] %add.s8.x, s8[] %add.s8.y)
+}
+
+%max.f64 (max.f64.x: f64[], max.f64.y: f64[]) -> f64[] {
+  %max.f64.x = f64[] parameter(0)
+  %max.f64.y = f64[] parameter(1)
+  ROOT %max.f64.r = f64[] maximum(f64[] %max.f64.x, f64[] %max.f64.y)
+}
+
+ENTRY %main (p: s8[3,5,0], q: f64[2,0]) -> (s8[3,5], f64[2]) {
+  %p = s8[3,5,0]{2,1,0} parameter(0)
+  %q = f64[2,0]{1,0} parameter(1)
+  %zero = s8[] constant(0)
+  %low = f64[] constant(-inf)
+  %s = s8[3,5]{1,0} reduce(s8[3,5,0]{2,1,0} %p, s8[] %zero), dimensions={2}, to_apply=%add.s8
+  %m = f64[2]{0} reduce(f64[2,0]{1,0} %q, f64[] %low), dimensions={1}, to_apply=%max.f64
+  ROOT %t = (s8[3,5]{1,0}, f64[2]{0}) tuple(s8[3,5]{1,0} %s, f64[2]{0} %m)
+}
+""", [np.zeros((3, 5, 0), np.int8), np.zeros((2, 0))]),
 }
 
 
