@@ -22,7 +22,7 @@ tuple layout never change:
   x + dynamic-update-slice(zeros, u, i) -> dynamic-update-slice(x, x[i] + u, i)
       (not bit-exact: outside the window a -0.0 of x stays -0.0 where
       x + 0.0 made it +0.0)
-  dot over an empty contracted dim -> a broadcast zero
+  dot or convolution with an empty operand -> a broadcast zero
   reduce of no elements -> its init values, broadcast
   power(x, 2) -> x * x (exact), power(x, 3) -> x * x * x, power(x, 4) -> (x * x) * (x * x)
       (floats; within an ulp or two of pow, which is itself not correctly
@@ -192,11 +192,11 @@ _RULES = {"reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast,
           "set-dimension-size": _set_dimension_size}
 
 
-def _empty_contraction(inst, make):
-    """A dot over an empty contracted dim: zeros (a sum of no products), where
-    kernels would read the empty operands' memory."""
-    lhs = inst.operands[0]
-    if not any(lhs.shape.dims[d] == 0 for d in inst.attrs.get("lhs_contracting_dims", ())):
+def _no_products(inst, make):
+    """A dot or convolution with an operand of no elements: zeros (a sum of no
+    products where its contracted dims are empty), where kernels would read
+    the empty operand's memory."""
+    if all(op.shape.size for op in inst.operands):
         return None
     zero = make("constant", Shape.array(inst.shape.dtype, ()), [], {},
                 np.zeros((), DTYPES[inst.shape.dtype]))
@@ -216,8 +216,8 @@ def _empty_reduce(inst, make):
 
 
 # Rules that build several instructions: (inst, make) -> the replacement, or None.
-_BUILDING_RULES = {"add": _add_into_window, "power": _power, "dot": _empty_contraction,
-                   "reduce": _empty_reduce}
+_BUILDING_RULES = {"add": _add_into_window, "power": _power, "dot": _no_products,
+                   "convolution": _no_products, "reduce": _empty_reduce}
 
 
 def _scalar_broadcast(inst):

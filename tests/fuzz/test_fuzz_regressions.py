@@ -108,20 +108,25 @@ ENTRY %main (p: f32[4]) -> f32[4] {
   ROOT %v = f32[4]{0} get-tuple-element((s32[], f32[4]{0}, f32[4]{0}) %loop), index=1
 }
 """, [np.array([1, 2, -3, 6], np.float32)]),
-    # A dot over an empty contracted dim (tf.matmul(a[:, :0], b[:0])) is zeros;
-    # its kernels read the empty operands' memory as if they had one element.
+    # A dot over an empty contracted dim (tf.matmul(a[:, :0], b[:0])) is zeros,
+    # and a convolution over no input features; their kernels read the empty
+    # operands' memory as if they had one element.
     "dot_over_an_empty_contraction": ("""HloModule fuzz
-ENTRY %main (p: f32[4,0], q: f32[2,0,3], r: f32[0,3]) -> (f32[4,3], f32[2,4,3]) {
+ENTRY %main (p: f32[4,0], q: f32[2,0,3], r: f32[0,3], x: f32[1,4,4,0], k: f32[3,3,0,2]) -> (f32[4,3], f32[2,4,3], f32[1,2,2,2]) {
   %p = f32[4,0]{1,0} parameter(0)
   %q = f32[2,0,3]{2,1,0} parameter(1)
   %r = f32[0,3]{1,0} parameter(2)
+  %x = f32[1,4,4,0]{3,2,1,0} parameter(3)
+  %k = f32[3,3,0,2]{3,2,1,0} parameter(4)
   %b = f32[2,4,0]{2,1,0} broadcast(f32[4,0]{1,0} %p), dimensions={1,2}
   %d = f32[4,3]{1,0} dot(f32[4,0]{1,0} %p, f32[0,3]{1,0} %r), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   %e = f32[2,4,3]{2,1,0} dot(f32[2,4,0]{2,1,0} %b, f32[2,0,3]{2,1,0} %q), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}
-  ROOT %t = (f32[4,3]{1,0}, f32[2,4,3]{2,1,0}) tuple(f32[4,3]{1,0} %d, f32[2,4,3]{2,1,0} %e)
+  %c = f32[1,2,2,2]{3,2,1,0} convolution(f32[1,4,4,0]{3,2,1,0} %x, f32[3,3,0,2]{3,2,1,0} %k), window={size=3x3}, dim_labels=b01f_01io->b01f
+  ROOT %t = (f32[4,3]{1,0}, f32[2,4,3]{2,1,0}, f32[1,2,2,2]{3,2,1,0}) tuple(f32[4,3]{1,0} %d, f32[2,4,3]{2,1,0} %e, f32[1,2,2,2]{3,2,1,0} %c)
 }
 """, [np.zeros((4, 0), np.float32), np.zeros((2, 0, 3), np.float32),
-      np.zeros((0, 3), np.float32)]),
+      np.zeros((0, 3), np.float32), np.zeros((1, 4, 4, 0), np.float32),
+      np.zeros((3, 3, 0, 2), np.float32)]),
     # A reduce of no elements (a sum over an empty slice) is its init value;
     # the CPU kernels read the empty operand's memory (found by the fuzzer
     # once its dots, concatenations and reduces met empty operands).
