@@ -485,7 +485,8 @@ class CompiledStep:
                 self.events, self.verbose)
         else:
             self.programs[key] = self._compiled(trace)
-            self._remember(key, self.programs[key])
+            if not self.race:       # (else a warm start would time TensorFlow's step)
+                self._remember(key, self.programs[key])
         seconds = time.perf_counter() - start
         self.events.append(CompileEvent(start, seconds, what))
         if self.verbose():
@@ -508,8 +509,8 @@ class CompiledStep:
         racing (unless the compile cache holds the verdict of an earlier run of
         the same code)."""
         self.programs[key] = run
-        self._remember(key, run)
         if not self.race or not any(c.kind == "compiled" for c in run.program.clusters):
+            self._remember(key, run)
             return
         if len(run.program.clusters) == 1:
             # The verdict times the whole step against TensorFlow's already:
@@ -523,9 +524,14 @@ class CompiledStep:
             warn(f"kerasjit: {self.name} runs in TensorFlow: TensorFlow ran the step "
                  "faster here (timed on an earlier run of this code)")
             self.programs[key] = verdict.run("tensorflow")
+        else:
+            self._remember(key, run)
 
     def _remember(self, key, run):
-        """Keep the digest of the graph compiled for `key` where _warm_key says."""
+        """Keep the digest of the graph compiled for `key` where _warm_key says,
+        once the compiled step is the one kept (no race, or its verdict): a
+        warm start traced for the compiler alone then runs no TensorFlow step,
+        which would need a trace of its own."""
         if run.digest is not None and any(c.kind == "compiled" for c in run.program.clusters):
             warm_key = self._warm_key(key)
             if compile_cache.load_text(warm_key) != run.digest:
@@ -555,7 +561,10 @@ class CompiledStep:
             kept = self.verdicts[key].timed(run, seconds)
             if kept is not None:
                 self.programs[key] = kept
-                self.verdicts.pop(key).record()
+                verdict = self.verdicts.pop(key)
+                verdict.record()
+                if verdict.kept == "compiled":
+                    self._remember(key, kept)
 
     def _any_batch_size(self, key, flat, args):
         """The step as TensorFlow runs it for a signature that is not compiled,
