@@ -120,11 +120,11 @@ class _Run:
     input checks' verdict (checks.py) runs the trace in TensorFlow for a step
     that failed them."""
 
-    def __init__(self, program, state, trace):
+    def __init__(self, program, state, trace, digest=None):
         self.program, self.state, self.trace = program, state, trace
+        self.digest = digest    # of the graph compiled, if it has one (FunctionalGraph.digest)
         self.pack = _packer(trace.out_structure)
         self.direct, self.ran, self.recheck = None, False, None
-        self.digest = None      # of the graph compiled, if it has one (FunctionalGraph.digest)
 
     def __call__(self, tensors):
         outputs = self.checked(tensors)
@@ -346,6 +346,7 @@ class CompiledStep:
         self.race = race            # compiled clusters are timed against TensorFlow
         self.verbose = verbose      # whether to announce compiles (fit's verbosity)
         self.describe = describe    # what the step computes beyond its code (its model)
+        self.marks = {}             # signature -> the digest its _warm_key holds (None: none)
         self.store = store          # a ResidentStore keeps variables as arrays between calls
         # Tiered execution: a new signature's steps run in TensorFlow while it compiles.
         self.background = background and self.backend.name != "reference"
@@ -417,16 +418,15 @@ class CompiledStep:
             unordered = only_cached and trace.unordered
             fg = functionalize(trace.concrete if unordered else trace.ordered())
             digest = fg.digest()
-            if unordered and (digest is None or digest != compiled_before):
+            if unordered and digest != compiled_before:
                 raise NotCached("the step's graph is not the one compiled before")
             program = build_program(fg, self.backend, self.max_shapes, self.events, self.race,
                                     only_cached)
         except UnsupportedGraph as e:     # the whole step runs as TensorFlow traced it
             warn(f"kerasjit: {self.name} runs in TensorFlow: {e}")
             return self._in_tensorflow(trace, str(e))
-        run = _Run(program, VariableState(fg.variables, fg.state_outputs, self.store), trace)
-        run.digest = digest
-        return run
+        return _Run(program, VariableState(fg.variables, fg.state_outputs, self.store), trace,
+                    digest)
 
     def _key(self, args):
         flat = []
@@ -468,8 +468,8 @@ class CompiledStep:
         if self.verbose():
             print(f"kerasjit: {what} ...", end="", flush=True)
         start = time.perf_counter()
-        compiled_before = compile_cache.load_text(self._warm_key(key)) if self.background \
-            else None
+        compiled_before = self.marks[key] = compile_cache.load_text(self._warm_key(key)) \
+            if self.background else None
         trace = self._traced(list(args), flat, ordered=compiled_before is None)
         # A warm start compiles here, from the compile cache, rather than in the
         # background: it takes less time than TensorFlow's first steps would.
@@ -532,10 +532,10 @@ class CompiledStep:
         once the compiled step is the one kept (no race, or its verdict): a
         warm start traced for the compiler alone then runs no TensorFlow step,
         which would need a trace of its own."""
-        if run.digest is not None and any(c.kind == "compiled" for c in run.program.clusters):
-            warm_key = self._warm_key(key)
-            if compile_cache.load_text(warm_key) != run.digest:
-                compile_cache.store_text(warm_key, run.digest)
+        if run.digest not in (None, self.marks.get(key)) \
+                and any(c.kind == "compiled" for c in run.program.clusters):
+            compile_cache.store_text(self._warm_key(key), run.digest)
+            self.marks[key] = run.digest
 
     def _warm_key(self, key):
         """Where the compile cache keeps the digest of the graph this step

@@ -104,7 +104,7 @@ def subgraph_function(nodes, library, inputs, outputs):
     def run(*args):
         return tf.graph_util.import_graph_def(
             graph_def, input_map=dict(zip(inputs, args)), return_elements=outputs, name="")
-    return run, graph_digest(graph_def, inputs, outputs)
+    return run, graph_digest(nodes, inputs, outputs, graph_def.library)
 
 
 def literals_from_proto(serialized):

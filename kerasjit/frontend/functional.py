@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.framework import graph_pb2, node_def_pb2
+from tensorflow.core.framework import node_def_pb2
 from tensorflow.python.framework import op_def_registry
 from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
 
@@ -70,10 +70,8 @@ class FunctionalGraph:
         counter, so no two traces' names agree."""
         if any(called_functions(n) for n in self.nodes):
             return None
-        graph = graph_pb2.GraphDef()
-        graph.node.extend(self.nodes)
         updates = sorted(self.state_outputs.items())
-        digest = graph_digest(graph, self.inputs + self.state_inputs,
+        digest = graph_digest(self.nodes, self.inputs + self.state_inputs,
                               self.outputs + [t for _, t in updates])
         return hashlib.sha256(repr((
             digest, [i for i, _ in updates], len(self.resources), self.checked, self.asserts,

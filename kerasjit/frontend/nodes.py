@@ -66,28 +66,27 @@ class Builder:
         return made
 
 
-def called_functions(node):
-    """The functions a NodeDef names in its attributes (a call, a loop's body)."""
-    names = []
+def _attribute_values(node, field):
+    """The values of kind `field` ("func", "type") a NodeDef's attributes hold,
+    alone or in lists."""
+    values = []
     for a in node.attr.values():
         kind = a.WhichOneof("value")      # (cheaper than reading each field of each value)
-        if kind == "func":
-            names.append(a.func.name)
-        elif kind == "list" and a.list.func:
-            names += [f.name for f in a.list.func]
-    return names
+        if kind == field:
+            values.append(getattr(a, field))
+        elif kind == "list":
+            values += getattr(a.list, field)
+    return values
+
+
+def called_functions(node):
+    """The functions a NodeDef names in its attributes (a call, a loop's body)."""
+    return [f.name for f in _attribute_values(node, "func")]
 
 
 def attribute_types(node):
     """The dtypes a NodeDef's attributes name (its inputs' and outputs' types)."""
-    types = []
-    for a in node.attr.values():
-        kind = a.WhichOneof("value")
-        if kind == "type":
-            types.append(a.type)
-        elif kind == "list" and a.list.type:
-            types += a.list.type
-    return types
+    return _attribute_values(node, "type")
 
 
 def library_for(nodes, library):
@@ -108,23 +107,24 @@ def library_for(nodes, library):
     return part
 
 
-def graph_digest(graph_def, inputs, outputs):
-    """A hash of the graph with its nodes named by position and its inputs by
-    index: a second copy of a model (layers `dense_1` where the first had
-    `dense`) finds the first one's HLO."""
-    canonical, inputs, outputs = _canonical(graph_def, inputs, outputs)
+def graph_digest(nodes, inputs, outputs, library=None):
+    """A hash of the graph of `nodes` (calling functions of FunctionDefLibrary
+    `library`, if any) with its nodes named by position and its inputs by index: a
+    second copy of a model (layers `dense_1` where the first had `dense`)
+    finds the first one's HLO."""
+    canonical, inputs, outputs = _canonical(nodes, inputs, outputs, library)
     digest = hashlib.sha256(canonical.SerializeToString(deterministic=True))
     digest.update(repr((inputs, outputs)).encode())
     return digest.hexdigest()
 
 
-def _canonical(graph_def, inputs, outputs):
+def _canonical(nodes, inputs, outputs, library):
     """The graph, its inputs and its outputs with every node named by position
     and every input tensor by index. Only names change, each to a name TF does
     not allow (`%`), so no two graphs that differ otherwise look the same;
     and the attribute numbering custom gradients goes (a per-process counter,
     used while tracing only)."""
-    names = {n.name: f"%n{i}" for i, n in enumerate(graph_def.node)}
+    names = {n.name: f"%n{i}" for i, n in enumerate(nodes)}
     fed = {t: f"%in{k}" for k, t in enumerate(inputs)}
 
     def renamed(t):
@@ -134,7 +134,9 @@ def _canonical(graph_def, inputs, outputs):
             return "^" * control + names[node] + colon + port
         return "^" * control + fed.get(node + (colon + port or ":0"), node + colon + port)
     canonical = graph_pb2.GraphDef()
-    canonical.CopyFrom(graph_def)
+    canonical.node.extend(nodes)
+    if library is not None:
+        canonical.library.CopyFrom(library)
     for n in canonical.node:
         n.name = names[n.name]
         n.input[:] = [renamed(i) for i in n.input]
