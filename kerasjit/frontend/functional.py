@@ -66,8 +66,9 @@ class FunctionalGraph:
     def digest(self):
         """A hash of what the step computes and which variables it reads and
         updates, names aside (nodes.graph_digest); None where a node calls a
-        function (a loop's body): functions are named by a per-process
-        counter, so no two traces' names agree."""
+        function (a loop's body): the digest tells a warm start's trace
+        without automatic control dependencies (step._Trace) from another
+        graph, and the functions of such a trace lack theirs."""
         if any(called_functions(n) for n in self.nodes):
             return None
         updates = sorted(self.state_outputs.items())

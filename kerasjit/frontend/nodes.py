@@ -68,9 +68,11 @@ class Builder:
 
 def _attribute_values(node, field):
     """The values of kind `field` ("func", "type") a NodeDef's attributes hold,
-    alone or in lists."""
+    alone or in lists, by attribute name (the order of a map's entries is
+    not the same from one serialization to the next)."""
     values = []
-    for a in node.attr.values():
+    for key in sorted(node.attr):
+        a = node.attr[key]
         kind = a.WhichOneof("value")      # (cheaper than reading each field of each value)
         if kind == field:
             values.append(getattr(a, field))
@@ -91,8 +93,7 @@ def attribute_types(node):
 
 def library_for(nodes, library):
     """The part of FunctionDefLibrary `library` that `nodes` call, directly
-    or through each other: a graph's digest then holds no function that its
-    nodes do not call (each named by a per-process counter)."""
+    or through each other: what a graph of `nodes` imported alone needs."""
     functions = {f.signature.name: f for f in library.function}
     called, stack = set(), [name for n in nodes for name in called_functions(n)]
     while stack:
@@ -109,36 +110,116 @@ def library_for(nodes, library):
 
 def graph_digest(nodes, inputs, outputs, library=None):
     """A hash of the graph of `nodes` (calling functions of FunctionDefLibrary
-    `library`, if any) with its nodes named by position and its inputs by index: a
-    second copy of a model (layers `dense_1` where the first had `dense`)
-    finds the first one's HLO."""
+    `library`, if any) with its nodes named by position, its inputs by index
+    and the functions it calls by the order of their first call: a second
+    copy of a model (layers `dense_1` where the first had `dense`, a loop's
+    body `while_body_374` where it had `while_body_281`) finds the first
+    one's HLO."""
     canonical, inputs, outputs = _canonical(nodes, inputs, outputs, library)
     digest = hashlib.sha256(canonical.SerializeToString(deterministic=True))
     digest.update(repr((inputs, outputs)).encode())
     return digest.hexdigest()
 
 
+# Attributes that hold names alone (colocation, the per-process counter of
+# custom gradients, a placeholder's name in Python): nothing the graph computes.
+_NAMING_ATTRIBUTES = ("_class", "_gradient_op_type", "_user_specified_name")
+
+
 def _canonical(nodes, inputs, outputs, library):
     """The graph, its inputs and its outputs with every node named by position
-    and every input tensor by index. Only names change, each to a name TF does
-    not allow (`%`), so no two graphs that differ otherwise look the same;
-    and the attribute numbering custom gradients goes (a per-process counter,
-    used while tracing only)."""
+    and every input tensor by index, and the library its nodes call with each
+    function named by the order of its first call (_canonical_functions).
+    Only names change, each to a name TF does not allow (`%`), so no two
+    graphs that differ otherwise look the same."""
     names = {n.name: f"%n{i}" for i, n in enumerate(nodes)}
     fed = {t: f"%in{k}" for k, t in enumerate(inputs)}
-
-    def renamed(t):
-        control = t.startswith("^")
-        node, colon, port = t.lstrip("^").partition(":")
-        if node in names:
-            return "^" * control + names[node] + colon + port
-        return "^" * control + fed.get(node + (colon + port or ":0"), node + colon + port)
     canonical = graph_pb2.GraphDef()
     canonical.node.extend(nodes)
     if library is not None:
-        canonical.library.CopyFrom(library)
+        canonical.library.CopyFrom(_canonical_functions(canonical.node, library))
     for n in canonical.node:
         n.name = names[n.name]
-        n.input[:] = [renamed(i) for i in n.input]
-        n.attr.pop("_gradient_op_type", None)
-    return canonical, [fed[t] for t in inputs], [renamed(t) for t in outputs]
+        n.input[:] = [_renamed(i, names, fed) for i in n.input]
+        _drop_naming_attributes(n.attr)
+    return canonical, [fed[t] for t in inputs], [_renamed(t, names, fed) for t in outputs]
+
+
+def _renamed(t, names, fed=None):
+    """Input `t` ("node:port", "^node"; in a function's body also
+    "node:output_arg:index" and "argument") with its node renamed by `names`,
+    else the tensor by `fed` (tensor name -> name)."""
+    control = t.startswith("^")
+    node, colon, port = t.lstrip("^").partition(":")
+    if node in names:
+        return "^" * control + names[node] + colon + port
+    return "^" * control + (fed or {}).get(node + (colon + port or ":0"), node + colon + port)
+
+
+def _canonical_functions(nodes, library):
+    """The functions of FunctionDefLibrary `library` that `nodes` call,
+    directly or through each other, named `%f0`, `%f1`... by the order of
+    their first call (nodes in order, a function's body before the next
+    node), with their arguments, results and nodes named by position; the
+    calls in `nodes` and in the functions renamed to match. TensorFlow names
+    a traced function by a per-process counter, so the same loop traced
+    after other functions, or in a second copy of a model, gets another
+    name."""
+    functions = {f.signature.name: f for f in library.function}
+    order = {}
+
+    def visit(name):
+        if name in functions and name not in order:
+            order[name] = f"%f{len(order)}"
+            for n in functions[name].node_def:
+                for called in _attribute_values(n, "func"):
+                    visit(called.name)
+    for n in nodes:
+        for called in _attribute_values(n, "func"):
+            visit(called.name)
+    canonical = function_pb2.FunctionDefLibrary()
+    for name in order:
+        function = canonical.function.add()
+        function.CopyFrom(functions[name])
+        _rename_function_body(function, order[name])
+    for n in [*nodes, *(n for f in canonical.function for n in f.node_def)]:
+        for called in _attribute_values(n, "func"):
+            called.name = order.get(called.name, called.name)
+    canonical.gradient.extend(
+        function_pb2.GradientDef(function_name=order[g.function_name],
+                                 gradient_func=order.get(g.gradient_func, g.gradient_func))
+        for g in library.gradient if g.function_name in order)
+    return canonical
+
+
+def _rename_function_body(function, name):
+    """FunctionDef `function` named `name`, with its arguments (`%a`), results
+    (`%r`), control outputs (`%c`) and nodes (`%b`) named by position."""
+    signature = function.signature
+    local = {a.name: f"%a{i}" for i, a in enumerate(signature.input_arg)}
+    local.update({n.name: f"%b{i}" for i, n in enumerate(function.node_def)})
+    results = {a.name: f"%r{i}" for i, a in enumerate(signature.output_arg)}
+    controls = {c: f"%c{i}" for i, c in enumerate(signature.control_output)}
+    signature.name = name
+    for a in signature.input_arg:
+        a.name = local[a.name]
+    for a in signature.output_arg:
+        a.name = results[a.name]
+    signature.control_output[:] = [controls[c] for c in signature.control_output]
+    for n in function.node_def:
+        n.name = local[n.name]
+        n.input[:] = [_renamed(i, local) for i in n.input]
+        _drop_naming_attributes(n.attr)
+    for attrs in function.arg_attr.values():
+        _drop_naming_attributes(attrs.attr)
+    ret = {results[k]: _renamed(v, local) for k, v in function.ret.items()}
+    control_ret = {controls[k]: local[v] for k, v in function.control_ret.items()}
+    function.ClearField("ret")
+    function.ret.update(ret)
+    function.ClearField("control_ret")
+    function.control_ret.update(control_ret)
+
+
+def _drop_naming_attributes(attributes):
+    for key in _NAMING_ATTRIBUTES:
+        attributes.pop(key, None)

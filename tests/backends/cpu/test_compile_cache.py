@@ -1,6 +1,7 @@
 """The persistent compile cache: hits skip code generation, bad entries rebuild,
 and nothing another user could have planted or changed is ever run."""
 import dataclasses
+import functools
 import glob
 import os
 import pickle
@@ -103,6 +104,51 @@ def test_the_bridge_key_ignores_names_not_the_graph():
         return subgraph_function(list(graph_def.node), graph_def.library, [],
                                  [t.name for t in graph.outputs])[1]
     assert digest(renamed) == digest(fn) != digest(other)
+
+
+def looped(x, w, scale=2.0):
+    _, y = tf.while_loop(lambda i, y: i < 3, lambda i, y: (i + 1, tf.tanh(y) * scale), [0, x])
+    return tf.matmul(y, w)
+
+
+def test_the_bridge_key_ignores_function_names_not_their_bodies():
+    """TensorFlow names a loop's body by a per-process counter: the same loop
+    traced again (a second copy of a model, or after other functions) finds
+    the first one's HLO; a loop with another body does not."""
+    def digest(function):
+        graph_def = tf.function(function).get_concrete_function(
+            *[tf.TensorSpec(a.shape, a.dtype) for a in ARGS]).graph.as_graph_def()
+        names = {f.signature.name for f in graph_def.library.function}
+        return names, subgraph_function(list(graph_def.node), graph_def.library, [],
+                                        ["MatMul:0"])[1]
+    (names, first), (other_names, again) = digest(looped), digest(looped)
+    assert names and names.isdisjoint(other_names)
+    assert first == again != digest(functools.partial(looped, scale=3.0))[1]
+
+
+def test_a_second_copy_of_a_model_with_a_loop_compiles_nothing(compile_cache_dir, monkeypatch,
+                                                               builds):
+    """An LSTM's second copy in the same process (its loops' functions named
+    anew) takes the first copy's HLO and code from the cache, and trains as
+    the first did."""
+    import keras
+    from kerasjit.frontend import bridge
+    bridged, bridge_hlo = [], bridge.hlo_module
+    monkeypatch.setattr(bridge, "hlo_module", lambda *a: bridged.append(None) or bridge_hlo(*a))
+    x, y = workloads.token_data(32, 6, 50)
+
+    def trained():
+        keras.utils.set_random_seed(3)
+        model = kerasjit.wrap(workloads.text_rnn("LSTM", vocab=50, length=6, units=8),
+                              backend="cpu", race=False, background=False)
+        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+        return model.get_weights()
+    first = trained()
+    assert bridged and builds
+    del bridged[:], builds[:]
+    for got, want in zip(trained(), first, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert not bridged and not builds
 
 
 @pytest.mark.parametrize("profiled", ["", "1"])
@@ -307,8 +353,8 @@ def _accumulating_mlp():
 WARM_START_CASES = {   # (model, data, whether a warm start traces it for the compiler alone)
     "mnist_cnn": (lambda: workloads.mnist_cnn(dropout=0.25),
                   lambda: workloads.classification_data(32, (28, 28, 1), 10), True),
-    # (a loop's body is a function, named by a per-process counter: traced as
-    # TensorFlow runs it, and in a second process the same names come again)
+    # (a loop's body is a function, whose body a trace without automatic control
+    # dependencies has without them too: traced as TensorFlow runs it)
     "text_lstm": (lambda: workloads.text_rnn("LSTM", vocab=50, length=6, units=8),
                   lambda: workloads.token_data(32, 6, 50), False),
     "mixed_float16": (lambda: workloads.under_policy("mixed_float16", workloads.mlp)(dropout=0.2),
