@@ -67,12 +67,13 @@ class Planner:
         for n in self.fg.nodes:
             if n.name in self.sources:
                 continue
-            deps = [node_name(i) for i in n.input]
+            inputs = list(n.input)      # (a NodeDef's field makes its strings anew each read)
+            deps = [node_name(i) for i in inputs]
             reason = self.rejected.get(n.name) or bridge.static_reason(n)
             nodes.append(Node(n.name,
-                              tuple(d for d, i in zip(deps, n.input)
+                              tuple(d for d, i in zip(deps, inputs)
                                     if d not in self.sources and not i.startswith("^")),
-                              tuple(d for d, i in zip(deps, n.input)
+                              tuple(d for d, i in zip(deps, inputs)
                                     if d not in self.sources and i.startswith("^")),
                               compilable=not reason, reason=reason,
                               together=collective_instance(n, self.by_name)))

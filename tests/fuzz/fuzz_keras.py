@@ -70,13 +70,32 @@ MAX_ELEMENTS = 1024             # per sample, in any layer's output: compiles st
 
 @dataclass(frozen=True)
 class Call:
-    """A Keras constructor call, e.g. Call("layers.Dense", {"units": 4})."""
+    """A Keras constructor call, e.g. Call("layers.Dense", {"units": 4}); with
+    `module` "", a call of a function the spec's source defines (SOURCE_FUNCTIONS)."""
     name: str
     kwargs: dict = dataclasses.field(default_factory=dict)
+    module: str = "keras"
 
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
-        return f"keras.{self.name}({args})"
+        return f"{self.module + '.' if self.module else ''}{self.name}({args})"
+
+
+# What a spec's source defines for its calls of module "": a Lambda layer's
+# function iterating in a loop (keras.ops' fori_loop, while_loop) whose body
+# reads the value the loop's state starts as.
+SOURCE_FUNCTIONS = """
+def iterated(steps=2, scale=0.5, loop="fori"):
+    def step(h, x):
+        return keras.ops.tanh(h + x) * scale
+
+    def function(x):
+        if loop == "fori":
+            return keras.ops.fori_loop(0, steps, lambda i, h: step(h, x), x)
+        return keras.ops.while_loop(lambda i, h: i < steps,
+                                    lambda i, h: (i + 1, step(h, x)), (0, x))[1]
+    return function
+"""
 
 
 @dataclass(frozen=True)
@@ -175,7 +194,7 @@ def source(spec):
         fit_args.append(f"class_weight={dict(enumerate(spec.class_weight))}")
     return "\n".join([
         f"# fuzz_keras: seed {spec.seed}, model {spec.index}",
-        "import keras", "import numpy as np", "", "",
+        "import keras", "import numpy as np", "", SOURCE_FUNCTIONS, "",
         "def build():", *(f"    {line}" for line in body), "", "",
         f"rng = np.random.default_rng([{spec.seed}, {spec.index}])",
         f"x = {x_data}", f"y = {y_data}",
@@ -234,7 +253,7 @@ def dense(rng, shape):
 
 
 ELEMENTWISE = ("Dropout", "BatchNormalization", "LayerNormalization", "Activation", "LeakyReLU",
-               "ReLU", "PReLU", "ELU", "Softmax")
+               "ReLU", "PReLU", "ELU", "Softmax", "Loop")
 # Not drawn, for a kerasjit bug (see the module's docstring): UnitNormalization
 # (the gradient at a zero vector).
 RARE_ELEMENTWISE = ("AlphaDropout", "GaussianNoise", "GaussianDropout", "RMSNormalization",
@@ -290,6 +309,10 @@ def elementwise(rng, shape):
         kwargs = {"l1": 1e-3, "l2": 1e-3}
     elif kind == "Rescaling":
         kwargs = {"scale": pick(rng, (0.5, 2.0)), "offset": pick(rng, (0.0, -0.5))}
+    elif kind == "Loop":
+        return Call("layers.Lambda", {"function": Call("iterated", {
+            "steps": int(rng.integers(1, 4)), "scale": pick(rng, (0.5, 0.9)),
+            "loop": pick(rng, ("fori", "while"))}, module="")})
     return Call(f"layers.{kind}", kwargs)
 
 
@@ -437,6 +460,7 @@ def merge(rng, shape):
 def apply(block, x):
     """The block applied to a symbolic tensor (raises where Keras would)."""
     namespace = {"keras": keras, "x": x}
+    exec(SOURCE_FUNCTIONS, namespace)
     exec("\n".join(_block_lines(block)), namespace)
     # Keras finds these only when the model runs:
     if block.layer.name in ("layers.Attention", "layers.AdditiveAttention") and \

@@ -40,6 +40,15 @@ def test_random_models_train_as_in_plain_keras():
         for index, outcome, spec in summary.failures)
 
 
+def test_the_run_draws_loops():
+    """Some of the run's models hold a Lambda layer iterating in a loop whose
+    body reads the value its state starts as (keras.ops' fori_loop and
+    while_loop)."""
+    loops = [fuzz_keras.source(fuzz_keras.draw(SEED, i)).split("def build")[1]
+             for i in range(MODELS)]
+    assert any("iterated(" in s for s in loops)
+
+
 def _bn_momentum_wrong(model):
     """A planted bug: kerasjit training BatchNormalization with another momentum."""
     for layer in model.layers:
