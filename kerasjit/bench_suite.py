@@ -61,6 +61,8 @@ def suite(args):
                                 args.steps, ("fit",)),
         "convnext_block": Workload(workloads.convnext_block, _images((32, 32, 3), 10), 64,
                                    args.steps, ("fit",)),
+        "small_resnet": Workload(workloads.small_resnet, _images((32, 32, 3), 10), 64,
+                                 args.mnist_steps, ("fit",)),
         f"elephant_cnn_{args.image_size}": Workload(
             lambda jit_compile=False: workloads.elephant_cnn(args.image_size, jit_compile),
             _images((args.image_size, args.image_size, 3), 1), 64, args.cnn_steps, ("fit",)),

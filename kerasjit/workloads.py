@@ -130,6 +130,34 @@ def convnext_block(image_size=32, width=32, classes=10, jit_compile=False):
     return model
 
 
+def small_resnet(image_size=32, widths=(16, 32, 64), classes=10, jit_compile=False):
+    """A ResNet for 32x32 images in the form of He et al.'s CIFAR networks: a
+    3x3 stem, then a stage per width of one basic block (two 3x3 Conv2D with
+    BatchNormalization and ReLU, added to the block's input or, where the
+    stage halves the size, to its 1x1 stride-2 projection), global average
+    pooling, softmax; SGD with Nesterov momentum."""
+    def normalized(x, filters, kernel, strides=1, relu=True):
+        x = keras.layers.Conv2D(filters, kernel, strides=strides, padding="same",
+                                use_bias=False)(x)
+        x = keras.layers.BatchNormalization()(x)
+        return keras.layers.ReLU()(x) if relu else x
+
+    images = keras.Input((image_size, image_size, 3))
+    x = normalized(images, widths[0], 3)
+    for stage, width in enumerate(widths):
+        strides = 1 if stage == 0 else 2
+        shortcut = x if strides == 1 else normalized(x, width, 1, strides, relu=False)
+        y = normalized(normalized(x, width, 3, strides), width, 3, relu=False)
+        x = keras.layers.ReLU()(keras.layers.Add()([shortcut, y]))
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(images, keras.layers.Dense(classes, activation="softmax")(x),
+                        name="small_resnet")
+    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9, nesterov=True),
+                  loss="categorical_crossentropy", metrics=["accuracy"],
+                  jit_compile=jit_compile)
+    return model
+
+
 def under_policy(policy, build):
     """`build` with Keras's global dtype policy (e.g. "mixed_float16") set
     while it builds the model, and restored after."""

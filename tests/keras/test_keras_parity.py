@@ -72,6 +72,10 @@ CASES = {
     # An embedding trained by plain SGD: its sparse gradient scattered into the table.
     "embedding_sgd": (lambda **k: _embedding_classifier("sgd", **k),
                       lambda n: workloads.token_data(n, 12, 300), 16),
+    # Residual blocks: BatchNormalization, a strided 3x3 convolution and a 1x1
+    # stride-2 projection on the shortcut, added; SGD with Nesterov momentum.
+    "small_resnet": (lambda **k: workloads.small_resnet(image_size=16, widths=(8, 16), **k),
+                     images((16, 16, 3), 10), 16),
     # Causal self-attention, gelu, AdamW, a logits head on every position.
     "gpt_decoder": (lambda **k: workloads.gpt_decoder(vocab=200, length=16, width=32, heads=2,
                                                       **k),
