@@ -3,6 +3,7 @@ from .batch_sums import fold_batch_sums
 from .constant_folding import constant_folding
 from .cse import cse
 from .dce import dce
+from .dilated_convolutions import split_dilated_convolutions
 from .dot_transposes import fold_dot_transposes
 from .inlining import conditional_to_select, inline_calls
 from .pipeline import DEFAULT_PASSES, PassError, Pipeline, optimize, optimize_as_configured
@@ -12,4 +13,4 @@ from .widen_floats import widen_floats
 
 __all__ = ["conditional_to_select", "constant_folding", "cse", "dce", "fold_batch_sums", "fold_dot_transposes", "inline_calls", "simplify", "DEFAULT_PASSES",
            "PassError", "Pipeline", "optimize", "optimize_as_configured", "replace_all_uses",
-           "rewrite", "widen_floats"]
+           "rewrite", "split_dilated_convolutions", "widen_floats"]
