@@ -96,8 +96,10 @@ def _phase(inst, lhs, rhs, phase, zero, names, emit):
     x = _sliced(lhs, crop, names, emit)
     weights = _sliced(rhs, taps, names, emit)
     attrs = {**inst.attrs, "window": tuple(phase_window)}
-    conv = _emit(emit, names, "convolution", replace(inst.shape, dims=tuple(out_dims)),
-                 [x, weights], **attrs)
+    # (named after `inst`: the kernel profile tells an input gradient by its name)
+    conv = Instruction(names(f"{inst.name}_phase"), "convolution",
+                       replace(inst.shape, dims=tuple(out_dims)), [x, weights], attrs)
+    emit(conv)
     return _emit(emit, names, "pad", inst.shape, [conv, zero], padding=tuple(padding))
 
 
