@@ -13,8 +13,9 @@ input with those taps, its outputs every s-th of the result. So each phase
 between (pad's interior padding), and the phases are added. Each product
 with an input element is computed once, as before, and none with a zero.
 
-Only convolutions of stride 1 without weight dilation or groups (what
-TensorFlow's input gradients are) are split. Mutates and returns the module.
+Only convolutions of stride 1 without weight dilation or batch groups (what
+TensorFlow's input gradients are, depthwise ones too: feature groups split
+alike) are split. Mutates and returns the module.
 """
 import itertools
 from dataclasses import replace
@@ -38,7 +39,7 @@ def _splittable(inst):
     window = a.get("window") or ()
     return inst.opcode == "convolution" and any(w.lhs_dilate > 1 for w in window) \
         and all(w.stride == 1 and w.rhs_dilate == 1 for w in window) \
-        and a.get("feature_group_count", 1) == 1 and a.get("batch_group_count", 1) == 1 \
+        and a.get("batch_group_count", 1) == 1 \
         and inst.shape.size > 0 and all(op.shape.size > 0 for op in inst.operands)
 
 

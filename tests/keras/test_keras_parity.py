@@ -76,6 +76,9 @@ CASES = {
     # stride-2 projection on the shortcut, added; SGD with Nesterov momentum.
     "small_resnet": (lambda **k: workloads.small_resnet(image_size=16, widths=(8, 16), **k),
                      images((16, 16, 3), 10), 16),
+    # MobileNet's strided convolutions: a depthwise one (a group per channel)
+    # after a strided 3x3, each input gradient by phase.
+    "strided_depthwise": (lambda **k: _strided_depthwise(**k), images((12, 12, 3), 10), 16),
     # Causal self-attention, gelu, AdamW, a logits head on every position.
     "gpt_decoder": (lambda **k: workloads.gpt_decoder(vocab=200, length=16, width=32, heads=2,
                                                       **k),
@@ -90,6 +93,17 @@ def _stacked_rnn(jit_compile=False):
         keras.Input((10,), dtype="int32"), keras.layers.Embedding(50, 8, mask_zero=True),
         keras.layers.Bidirectional(keras.layers.LSTM(6, return_sequences=True)),
         keras.layers.SimpleRNN(5), keras.layers.Dense(3, activation="softmax")])
+    model.compile(optimizer="adam", loss="categorical_crossentropy", jit_compile=jit_compile)
+    return model
+
+
+def _strided_depthwise(jit_compile=False):
+    model = keras.Sequential([
+        keras.Input((12, 12, 3)), keras.layers.Conv2D(8, 3, strides=2, padding="same"),
+        keras.layers.BatchNormalization(), keras.layers.ReLU(6.0),
+        keras.layers.DepthwiseConv2D(3, strides=2, padding="same"),
+        keras.layers.BatchNormalization(), keras.layers.ReLU(6.0), keras.layers.Conv2D(16, 1),
+        keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10, activation="softmax")])
     model.compile(optimizer="adam", loss="categorical_crossentropy", jit_compile=jit_compile)
     return model
 

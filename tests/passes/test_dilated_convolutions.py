@@ -63,3 +63,12 @@ def test_a_one_dimensional_strided_convolutions_input_gradient():
     phases = _split(fn, tf.TensorSpec((3, 6, 4), tf.float32),
                     tf.TensorSpec((4, 2, 4), tf.float32))
     assert len(phases) == 3
+
+
+def test_a_strided_depthwise_convolutions_input_gradient_splits_by_phase():
+    """MobileNet's strided depthwise convolutions: a group per channel."""
+    def fn(g, w):
+        return tf.nn.depthwise_conv2d_backprop_input((2, 9, 8, 3), w, g, (1, 2, 2, 1), "SAME")
+    phases = _split(fn, tf.TensorSpec((2, 5, 4, 6), tf.float32),
+                    tf.TensorSpec((3, 3, 3, 2), tf.float32))
+    assert len(phases) == 4 and all(c.attrs["feature_group_count"] == 3 for c in phases)
