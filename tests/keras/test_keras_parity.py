@@ -79,6 +79,9 @@ CASES = {
     # MobileNet's strided convolutions: a depthwise one (a group per channel)
     # after a strided 3x3, each input gradient by phase.
     "strided_depthwise": (lambda **k: _strided_depthwise(**k), images((12, 12, 3), 10), 16),
+    # Transposed convolutions (a generator's, a U-Net decoder's): each a convolution
+    # over its input dilated by the stride, forward and in the gradient, by phase.
+    "strided_transposed": (lambda **k: _strided_transposed(**k), images((6, 6, 3), 10), 16),
     # Causal self-attention, gelu, AdamW, a logits head on every position.
     "gpt_decoder": (lambda **k: workloads.gpt_decoder(vocab=200, length=16, width=32, heads=2,
                                                       **k),
@@ -104,6 +107,16 @@ def _strided_depthwise(jit_compile=False):
         keras.layers.DepthwiseConv2D(3, strides=2, padding="same"),
         keras.layers.BatchNormalization(), keras.layers.ReLU(6.0), keras.layers.Conv2D(16, 1),
         keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10, activation="softmax")])
+    model.compile(optimizer="adam", loss="categorical_crossentropy", jit_compile=jit_compile)
+    return model
+
+
+def _strided_transposed(jit_compile=False):
+    model = keras.Sequential([
+        keras.Input((6, 6, 3)), keras.layers.Conv2DTranspose(8, 3, strides=2, padding="same"),
+        keras.layers.BatchNormalization(), keras.layers.ReLU(),
+        keras.layers.Conv2DTranspose(4, 4, strides=(2, 1)), keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(10, activation="softmax")])
     model.compile(optimizer="adam", loss="categorical_crossentropy", jit_compile=jit_compile)
     return model
 
