@@ -63,6 +63,8 @@ def suite(args):
                                    args.steps, ("fit",)),
         "small_resnet": Workload(workloads.small_resnet, _images((32, 32, 3), 10), 64,
                                  args.mnist_steps, ("fit",)),
+        "mini_unet": Workload(workloads.mini_unet, workloads.mask_data, 32, args.mnist_steps,
+                              ("fit",)),
         f"elephant_cnn_{args.image_size}": Workload(
             lambda jit_compile=False: workloads.elephant_cnn(args.image_size, jit_compile),
             _images((args.image_size, args.image_size, 3), 1), 64, args.cnn_steps, ("fit",)),

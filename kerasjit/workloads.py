@@ -158,6 +158,35 @@ def small_resnet(image_size=32, widths=(16, 32, 64), classes=10, jit_compile=Fal
     return model
 
 
+def mini_unet(image_size=32, widths=(16, 32, 64), jit_compile=False):
+    """A U-Net for per-pixel binary masks: two 3x3 Conv2D + 2x2 MaxPooling2D
+    levels down, a bottleneck, then up by UpSampling2D (bilinear, then
+    nearest), each concatenated with its level's features and convolved; a
+    sigmoid per pixel; Adam."""
+    images = keras.Input((image_size, image_size, 3))
+    skips, x = [], images
+    for width in widths[:-1]:
+        x = keras.layers.Conv2D(width, 3, padding="same", activation="relu")(x)
+        skips.append(x)
+        x = keras.layers.MaxPooling2D(2)(x)
+    x = keras.layers.Conv2D(widths[-1], 3, padding="same", activation="relu")(x)
+    for width, skip, interpolation in zip(widths[-2::-1], skips[::-1], ("bilinear", "nearest")):
+        x = keras.layers.UpSampling2D(2, interpolation=interpolation)(x)
+        x = keras.layers.Concatenate()([x, skip])
+        x = keras.layers.Conv2D(width, 3, padding="same", activation="relu")(x)
+    model = keras.Model(images, keras.layers.Conv2D(1, 1, activation="sigmoid")(x),
+                        name="mini_unet")
+    model.compile(optimizer="adam", loss="binary_crossentropy", jit_compile=jit_compile)
+    return model
+
+
+def mask_data(n, image_size=32, seed=0):
+    """Random images and a per-pixel mask: where the first channel is positive."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, image_size, image_size, 3)).astype(np.float32)
+    return x, (x[..., :1] > 0).astype(np.float32)
+
+
 def under_policy(policy, build):
     """`build` with Keras's global dtype policy (e.g. "mixed_float16") set
     while it builds the model, and restored after."""

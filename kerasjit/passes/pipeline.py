@@ -18,6 +18,7 @@ from .dot_transposes import fold_dot_transposes
 from .inlining import conditional_to_select, inline_calls
 from .simplify import simplify
 from .widen_floats import widen_floats
+from .window_dims_last import window_dims_last
 from ..errors import PassError
 
 
@@ -81,13 +82,14 @@ def _signature(module):
 
 
 DEFAULT_PASSES = (inline_calls, conditional_to_select, widen_floats, simplify, fold_dot_transposes,
-                  split_dilated_convolutions, constant_folding, fold_batch_sums, cse, dce)
+                  split_dilated_convolutions, window_dims_last, constant_folding, fold_batch_sums,
+                  cse, dce)
 
 
 def optimize(module, debug=False, dump_dir=None, dump_after=None):
     """Calls and conditionals inlined, 16-bit floats computed in f32, simplify,
     transposes folded into dots, convolutions over dilated inputs split by
-    phase, constant folding, batch sums folded into dots, CSE and DCE,
+    phase, gathers' and scatters' window dims last, constant folding, batch sums folded into dots, CSE and DCE,
     repeated until nothing changes."""
     return Pipeline(DEFAULT_PASSES, debug, dump_dir, dump_after, max_rounds=8)(module)
 

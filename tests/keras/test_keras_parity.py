@@ -82,6 +82,10 @@ CASES = {
     # Transposed convolutions (a generator's, a U-Net decoder's): each a convolution
     # over its input dilated by the stride, forward and in the gradient, by phase.
     "strided_transposed": (lambda **k: _strided_transposed(**k), images((6, 6, 3), 10), 16),
+    # UpSampling2D, bilinear (a gather of each pixel's window, and a scatter in
+    # its gradient) and nearest, with the encoder's features concatenated.
+    "mini_unet": (lambda **k: workloads.mini_unet(image_size=8, widths=(4, 8, 8), **k),
+                  lambda n: workloads.mask_data(n, 8), 8),
     # Causal self-attention, gelu, AdamW, a logits head on every position.
     "gpt_decoder": (lambda **k: workloads.gpt_decoder(vocab=200, length=16, width=32, heads=2,
                                                       **k),
