@@ -95,17 +95,29 @@ def library_for(nodes, library):
     """The part of FunctionDefLibrary `library` that `nodes` call, directly
     or through each other: what a graph of `nodes` imported alone needs."""
     functions = {f.signature.name: f for f in library.function}
-    called, stack = set(), [name for n in nodes for name in called_functions(n)]
-    while stack:
-        name = stack.pop()
-        if name in called or name not in functions:
-            continue
-        called.add(name)
-        stack.extend(name for n in functions[name].node_def for name in called_functions(n))
+    called = _called(nodes, functions)
     part = function_pb2.FunctionDefLibrary()
-    part.function.extend(functions[name] for name in sorted(called))
+    part.function.extend(functions[name] for name in called)
     part.gradient.extend(g for g in library.gradient if g.function_name in called)
     return part
+
+
+def _called(nodes, functions):
+    """The names of `functions` (name -> FunctionDef) that `nodes` call,
+    directly or through each other, in the order of their first call (nodes
+    in order, a function's body before the next node)."""
+    order = {}
+
+    def visit(name):
+        if name in functions and name not in order:
+            order[name] = None
+            for n in functions[name].node_def:
+                for called in called_functions(n):
+                    visit(called)
+    for n in nodes:
+        for name in called_functions(n):
+            visit(name)
+    return list(order)
 
 
 def graph_digest(nodes, inputs, outputs, library=None):
@@ -159,24 +171,14 @@ def _renamed(t, names, fed=None):
 def _canonical_functions(nodes, library):
     """The functions of FunctionDefLibrary `library` that `nodes` call,
     directly or through each other, named `%f0`, `%f1`... by the order of
-    their first call (nodes in order, a function's body before the next
-    node), with their arguments, results and nodes named by position; the
+    their first call (_called), with their arguments, results and nodes
+    named by position; the
     calls in `nodes` and in the functions renamed to match. TensorFlow names
     a traced function by a per-process counter, so the same loop traced
     after other functions, or in a second copy of a model, gets another
     name."""
     functions = {f.signature.name: f for f in library.function}
-    order = {}
-
-    def visit(name):
-        if name in functions and name not in order:
-            order[name] = f"%f{len(order)}"
-            for n in functions[name].node_def:
-                for called in _attribute_values(n, "func"):
-                    visit(called.name)
-    for n in nodes:
-        for called in _attribute_values(n, "func"):
-            visit(called.name)
+    order = {name: f"%f{k}" for k, name in enumerate(_called(nodes, functions))}
     canonical = function_pb2.FunctionDefLibrary()
     for name in order:
         function = canonical.function.add()

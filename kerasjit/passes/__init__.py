@@ -12,7 +12,7 @@ from .util import replace_all_uses, rewrite
 from .widen_floats import widen_floats
 from .window_dims_last import window_dims_last
 
-__all__ = ["conditional_to_select", "constant_folding", "cse", "dce", "fold_batch_sums", "fold_dot_transposes", "inline_calls", "simplify", "DEFAULT_PASSES",
-           "PassError", "Pipeline", "optimize", "optimize_as_configured", "replace_all_uses",
-           "rewrite", "split_dilated_convolutions", "widen_floats",
-           "window_dims_last"]
+__all__ = ["DEFAULT_PASSES", "PassError", "Pipeline", "conditional_to_select", "constant_folding",
+           "cse", "dce", "fold_batch_sums", "fold_dot_transposes", "inline_calls", "optimize",
+           "optimize_as_configured", "replace_all_uses", "rewrite", "simplify",
+           "split_dilated_convolutions", "widen_floats", "window_dims_last"]

@@ -22,15 +22,15 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..hlo.ir import Instruction, NameUniquer, WindowDim
+from ..hlo.ir import NameUniquer, WindowDim
 from ..hlo.shape import Shape
-from .util import rewrite
+from .util import maker, rewrite
 
 
 def split_dilated_convolutions(module):
     names = NameUniquer(module)
     for comp in module.computations:
-        rewrite(comp, lambda inst, emit: _split(inst, names, emit))
+        rewrite(comp, lambda inst, emit: _split(inst, maker(names, emit)))
     return module
 
 
@@ -43,35 +43,36 @@ def _splittable(inst):
         and inst.shape.size > 0 and all(op.shape.size > 0 for op in inst.operands)
 
 
-def _split(inst, names, emit):
+def _split(inst, make):
     """The sum of `inst`'s phases replacing it, or None."""
     if not _splittable(inst):
         return None
     lhs, rhs = inst.operands
     window = inst.attrs["window"]
-    lhs_l, rhs_l, out_l = inst.attrs["dim_labels"].positions()
+    labels = inst.attrs["dim_labels"].positions()
+    rhs_l, out_l = labels[1:]
     reversed_dims = tuple(rhs_l[d] for d, w in enumerate(window) if w.rhs_reversal)
     if reversed_dims:       # (the phases slice the weights in the order the window reads them)
-        rhs = _emit(emit, names, "reverse", rhs.shape, [rhs], dimensions=reversed_dims)
-    zero = _emit(emit, names, "constant", Shape.array(inst.shape.dtype, ()), [],
-                 literal=np.zeros((), inst.shape.numpy_dtype))
+        rhs = make("reverse", rhs.shape, [rhs], {"dimensions": reversed_dims})
+    zero = make("constant", Shape.array(inst.shape.dtype, ()), [],
+                literal=np.zeros((), inst.shape.numpy_dtype))
     total = None
     for phase in itertools.product(*(range(min(w.lhs_dilate, inst.shape.dims[out_l[d]]))
                                      for d, w in enumerate(window))):
-        placed = _phase(inst, lhs, rhs, phase, zero, names, emit)
+        placed = _phase(inst, labels, lhs, rhs, phase, zero, make)
         if placed is not None:
-            total = placed if total is None else _emit(emit, names, "add", inst.shape,
-                                                       [total, placed])
+            total = placed if total is None else make("add", inst.shape, [total, placed])
     if total is None:       # (no output meets an input element)
-        return _emit(emit, names, "broadcast", inst.shape, [zero], dimensions=())
+        return make("broadcast", inst.shape, [zero], {"dimensions": ()})
     return total
 
 
-def _phase(inst, lhs, rhs, phase, zero, names, emit):
-    """Phase `phase` (a residue per window dim) of convolution `inst` at its
-    outputs' positions, zeros elsewhere; None where it meets no input element."""
+def _phase(inst, labels, lhs, rhs, phase, zero, make):
+    """Phase `phase` (a residue per window dim) of convolution `inst` (its
+    operands' and result's dim positions `labels`) at its outputs'
+    positions, zeros elsewhere; None where it meets no input element."""
     window = inst.attrs["window"]
-    lhs_l, rhs_l, out_l = inst.attrs["dim_labels"].positions()
+    lhs_l, rhs_l, out_l = labels
     crop = [(0, n, 1) for n in lhs.shape.dims]
     taps = [(0, n, 1) for n in rhs.shape.dims]
     out_dims = list(inst.shape.dims)
@@ -94,26 +95,16 @@ def _phase(inst, lhs, rhs, phase, zero, names, emit):
         phase_window.append(WindowDim(size=count, pad_lo=max(lo, 0), pad_hi=max(hi, 0)))
         out_dims[out_l[d]] = outputs
         padding[out_l[d]] = (r, m - 1 - r - s * (outputs - 1), s - 1)
-    x = _sliced(lhs, crop, names, emit)
-    weights = _sliced(rhs, taps, names, emit)
-    attrs = {**inst.attrs, "window": tuple(phase_window)}
     # (named after `inst`: the kernel profile tells an input gradient by its name)
-    conv = Instruction(names(f"{inst.name}_phase"), "convolution",
-                       replace(inst.shape, dims=tuple(out_dims)), [x, weights], attrs)
-    emit(conv)
-    return _emit(emit, names, "pad", inst.shape, [conv, zero], padding=tuple(padding))
+    conv = make("convolution", replace(inst.shape, dims=tuple(out_dims)),
+                [_sliced(lhs, crop, make), _sliced(rhs, taps, make)],
+                {**inst.attrs, "window": tuple(phase_window)}, name=f"{inst.name}_phase")
+    return make("pad", inst.shape, [conv, zero], {"padding": tuple(padding)})
 
 
-def _sliced(inst, ranges, names, emit):
+def _sliced(inst, ranges, make):
     """`inst` sliced to (start, limit, stride) per dim, itself where that is all of it."""
     if all(r == (0, n, 1) for r, n in zip(ranges, inst.shape.dims)):
         return inst
     dims = tuple((limit - start + stride - 1) // stride for start, limit, stride in ranges)
-    return _emit(emit, names, "slice", replace(inst.shape, dims=dims), [inst],
-                 slice=tuple(ranges))
-
-
-def _emit(emit, names, opcode, shape, operands, literal=None, **attrs):
-    made = Instruction(names(opcode), opcode, shape, list(operands), attrs, literal=literal)
-    emit(made)
-    return made
+    return make("slice", replace(inst.shape, dims=dims), [inst], {"slice": tuple(ranges)})

@@ -16,9 +16,9 @@ import dataclasses
 
 import numpy as np
 
-from ..hlo.ir import Instruction, NameUniquer
+from ..hlo.ir import NameUniquer
 from ..hlo.shape import Shape
-from .util import rewrite
+from .util import maker, rewrite
 
 
 def inline_calls(module):
@@ -60,10 +60,7 @@ def _select_branch(inst, names, emit):
     results = [inline(branch, [operand], names, emit)
                for branch, operand in zip(branches, operands)]
 
-    def make(opcode, shape, operands, attrs=None, literal=None):
-        made = Instruction(names(opcode), opcode, shape, list(operands), attrs or {}, literal)
-        emit(made)
-        return made
+    make = maker(names, emit)
     conditions = []
     for k in range(len(branches) - 1):
         if selector.shape.dtype == "pred":

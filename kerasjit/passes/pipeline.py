@@ -89,8 +89,8 @@ DEFAULT_PASSES = (inline_calls, conditional_to_select, widen_floats, simplify, f
 def optimize(module, debug=False, dump_dir=None, dump_after=None):
     """Calls and conditionals inlined, 16-bit floats computed in f32, simplify,
     transposes folded into dots, convolutions over dilated inputs split by
-    phase, gathers' and scatters' window dims last, constant folding, batch sums folded into dots, CSE and DCE,
-    repeated until nothing changes."""
+    phase, gathers' and scatters' window dims last, constant folding, batch
+    sums folded into dots, CSE and DCE, repeated until nothing changes."""
     return Pipeline(DEFAULT_PASSES, debug, dump_dir, dump_after, max_rounds=8)(module)
 
 

@@ -1,7 +1,9 @@
 """Helpers shared by the passes: walking a computation while replacing
-instructions, redirecting and counting uses, the identity of an instruction's value, and
-the one value of a uniform constant."""
+instructions, making new ones, redirecting and counting uses, the identity of an
+instruction's value, and the one value of a uniform constant."""
 import numpy as np
+
+from ..hlo.ir import Instruction
 
 # Attributes that annotate an instruction without changing its value.
 ANNOTATION_ATTRS = frozenset({"metadata", "frontend_attributes"})
@@ -36,6 +38,18 @@ def rewrite(comp, visit):
             replaced[inst] = new
     comp.instructions = out
     comp.root = replaced.get(comp.root, comp.root)
+
+
+def maker(names, emit):
+    """make(opcode, shape, operands, attrs=None, literal=None, name=None): a new
+    instruction named by NameUniquer `names` (from `name`, else its opcode),
+    passed to `emit` (rewrite's) and returned."""
+    def make(opcode, shape, operands, attrs=None, literal=None, name=None):
+        made = Instruction(names(name or opcode), opcode, shape, list(operands), attrs or {},
+                           literal)
+        emit(made)
+        return made
+    return make
 
 
 def replace_all_uses(comp, old, new):

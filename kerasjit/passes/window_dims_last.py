@@ -16,23 +16,23 @@ Mutates and returns the module.
 """
 from dataclasses import replace
 
-from ..hlo.ir import Instruction, NameUniquer
-from .util import rewrite
+from ..hlo.ir import NameUniquer
+from .util import maker, rewrite
 
 
 def window_dims_last(module):
     names = NameUniquer(module)
     for comp in module.computations:
-        rewrite(comp, lambda inst, emit: _reordered(inst, names, emit))
+        rewrite(comp, lambda inst, emit: _reordered(inst, maker(names, emit)))
     return module
 
 
-def _reordered(inst, names, emit):
+def _reordered(inst, make):
     if inst.opcode == "gather" and not inst.attrs.get("operand_batching_dims"):
-        return _gather(inst, names, emit)
+        return _gather(inst, make)
     if inst.opcode == "scatter" and not inst.attrs.get("input_batching_dims") \
             and len(inst.operands) == 3:
-        return _scatter(inst, names, emit)
+        return _scatter(inst, make)
     return None
 
 
@@ -43,39 +43,33 @@ def _index_first(rank, window):
     return None if order == list(range(rank)) else order
 
 
-def _gather(inst, names, emit):
+def _window_last(rank, window):
+    """A rank-`rank` value's `window` dims' positions once they come last."""
+    return tuple(range(rank - len(window), rank))
+
+
+def _gather(inst, make):
     """The gather writing index dims first, transposed back."""
-    window = inst.attrs["offset_dims"]
-    order = _index_first(inst.shape.rank, window)
+    rank, window = inst.shape.rank, inst.attrs["offset_dims"]
+    order = _index_first(rank, window)
     if order is None:
         return None
-    batch = inst.shape.rank - len(window)
-    gathered = Instruction(
-        names(inst.name), "gather",
-        replace(inst.shape, dims=tuple(inst.shape.dims[d] for d in order)), list(inst.operands),
-        {**inst.attrs, "offset_dims": tuple(range(batch, inst.shape.rank))})
-    emit(gathered)
-    back = Instruction(names("transpose"), "transpose", inst.shape, [gathered],
-                       {"dimensions": tuple(order.index(d) for d in range(inst.shape.rank))})
-    emit(back)
-    return back
+    gathered = make("gather", replace(inst.shape, dims=tuple(inst.shape.dims[d] for d in order)),
+                    inst.operands, {**inst.attrs, "offset_dims": _window_last(rank, window)},
+                    name=inst.name)
+    return make("transpose", inst.shape, [gathered],
+                {"dimensions": tuple(order.index(d) for d in range(rank))})
 
 
-def _scatter(inst, names, emit):
+def _scatter(inst, make):
     """The scatter reading its updates index dims first."""
     operand, indices, updates = inst.operands
-    window = inst.attrs["update_window_dims"]
-    order = _index_first(updates.shape.rank, window)
+    rank, window = updates.shape.rank, inst.attrs["update_window_dims"]
+    order = _index_first(rank, window)
     if order is None:
         return None
-    reordered = Instruction(names("transpose"), "transpose",
-                            replace(updates.shape, dims=tuple(updates.shape.dims[d]
-                                                              for d in order)),
-                            [updates], {"dimensions": tuple(order)})
-    emit(reordered)
-    scattered = Instruction(
-        names(inst.name), "scatter", inst.shape, [operand, indices, reordered],
-        {**inst.attrs, "update_window_dims": tuple(range(updates.shape.rank - len(window),
-                                                         updates.shape.rank))})
-    emit(scattered)
-    return scattered
+    reordered = make("transpose", replace(updates.shape, dims=tuple(updates.shape.dims[d]
+                                                                   for d in order)),
+                     [updates], {"dimensions": tuple(order)})
+    return make("scatter", inst.shape, [operand, indices, reordered],
+                {**inst.attrs, "update_window_dims": _window_last(rank, window)}, name=inst.name)
