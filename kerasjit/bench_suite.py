@@ -65,6 +65,8 @@ def suite(args):
                                  args.mnist_steps, ("fit",)),
         "mini_unet": Workload(workloads.mini_unet, workloads.mask_data, 32, args.mnist_steps,
                               ("fit",)),
+        "dcgan_generator": Workload(workloads.dcgan_generator, workloads.latent_image_data, 32,
+                                    args.mnist_steps, ("fit",)),
         f"elephant_cnn_{args.image_size}": Workload(
             lambda jit_compile=False: workloads.elephant_cnn(args.image_size, jit_compile),
             _images((args.image_size, args.image_size, 3), 1), 64, args.cnn_steps, ("fit",)),

@@ -180,6 +180,29 @@ def mini_unet(image_size=32, widths=(16, 32, 64), jit_compile=False):
     return model
 
 
+def dcgan_generator(latent=32, jit_compile=False):
+    """A DCGAN-style generator: Dense to 8x8x64, two Conv2DTranspose (4x4,
+    stride 2, each a convolution over its input dilated by 2) with
+    BatchNormalization and ReLU, a 3x3 Conv2D to a 32x32 RGB image in tanh;
+    trained to images by mean squared error, Adam."""
+    model = keras.Sequential([
+        keras.Input((latent,)), keras.layers.Dense(8 * 8 * 64), keras.layers.Reshape((8, 8, 64)),
+        keras.layers.Conv2DTranspose(64, 4, strides=2, padding="same"),
+        keras.layers.BatchNormalization(), keras.layers.ReLU(),
+        keras.layers.Conv2DTranspose(32, 4, strides=2, padding="same"),
+        keras.layers.BatchNormalization(), keras.layers.ReLU(),
+        keras.layers.Conv2D(3, 3, padding="same", activation="tanh")], name="dcgan_generator")
+    model.compile(optimizer="adam", loss="mse", jit_compile=jit_compile)
+    return model
+
+
+def latent_image_data(n, latent=32, seed=0):
+    """Random latent vectors and random 32x32 RGB images in [-1, 1]."""
+    rng = np.random.default_rng(seed)
+    return (rng.normal(size=(n, latent)).astype(np.float32),
+            rng.uniform(-1, 1, (n, 32, 32, 3)).astype(np.float32))
+
+
 def mask_data(n, image_size=32, seed=0):
     """Random images and a per-pixel mask: where the first channel is positive."""
     rng = np.random.default_rng(seed)
