@@ -196,8 +196,8 @@ def machine(backend="auto"):
 
 # Environment settings that change what a benchmark measures: the report's
 # command names those set, so that it reproduces the run.
-MEASURED_SETTINGS = ("KERASJIT_CPU", "TF_ENABLE_ONEDNN_OPTS", "OPENBLAS_NUM_THREADS",
-                     "KERASJIT_BACKGROUND")
+MEASURED_SETTINGS = ("KERASJIT_CPU", "KERASJIT_SKIP_PASSES", "TF_ENABLE_ONEDNN_OPTS",
+                     "OPENBLAS_NUM_THREADS", "KERASJIT_BACKGROUND")
 
 
 def command_line(module, argv):

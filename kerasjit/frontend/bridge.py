@@ -24,7 +24,7 @@ from ..backends.cpu import cache
 from ..errors import HloParseError, NotCached
 from ..hlo import parse_module, print_module
 from ..hlo.shape import DTYPES
-from ..passes import optimize_as_configured
+from ..passes import configured_passes, optimize_as_configured
 from .collectives import COLLECTIVES
 from .nodes import attribute_types, graph_digest, library_for
 
@@ -145,8 +145,9 @@ def cached_hlo_module(fn, digest, specs, optimized, only_cached=False):
     key = _bridge_key(digest, specs)
     if not optimized:
         return _cached_module(key) or _stored(key, hlo_module(fn, *specs))
+    passes = " ".join(p.__name__ for p in configured_passes())
     optimized_key = "optimized-" + hashlib.sha256(
-        f"{key}\n{cache.compiler_fingerprint()}".encode()).hexdigest()
+        f"{key}\n{cache.compiler_fingerprint()}\n{passes}".encode()).hexdigest()
     rerun = os.environ.get("KERASJIT_DEBUG") or os.environ.get("KERASJIT_DUMP_DIR")
     if only_cached and not rerun:
         stored = _StoredModule.load(optimized_key)

@@ -86,17 +86,32 @@ DEFAULT_PASSES = (inline_calls, conditional_to_select, widen_floats, simplify, f
                   cse, dce)
 
 
-def optimize(module, debug=False, dump_dir=None, dump_after=None):
+def configured_passes():
+    """DEFAULT_PASSES less those KERASJIT_SKIP_PASSES names (comma-separated):
+    a pass's effect measured by the same command with and without it. A
+    skipped pass a backend needs (inline_calls, widen_floats: calls and 16-bit
+    floats it does not generate code for) sends the cluster to TensorFlow."""
+    skipped = {name.strip() for name in os.environ.get("KERASJIT_SKIP_PASSES", "").split(",")
+               if name.strip()}
+    known = [p.__name__ for p in DEFAULT_PASSES]
+    unknown = sorted(skipped - set(known))
+    if unknown:
+        raise ValueError(f"KERASJIT_SKIP_PASSES names no pass {', '.join(unknown)}; "
+                         f"the passes: {', '.join(known)}")
+    return tuple(p for p in DEFAULT_PASSES if p.__name__ not in skipped)
+
+
+def optimize(module, debug=False, dump_dir=None, dump_after=None, passes=DEFAULT_PASSES):
     """Calls and conditionals inlined, 16-bit floats computed in f32, simplify,
     transposes folded into dots, convolutions over dilated inputs split by
     phase, gathers' and scatters' window dims last, constant folding, batch
     sums folded into dots, CSE and DCE, repeated until nothing changes."""
-    return Pipeline(DEFAULT_PASSES, debug, dump_dir, dump_after, max_rounds=8)(module)
+    return Pipeline(passes, debug, dump_dir, dump_after, max_rounds=8)(module)
 
 
 def optimize_as_configured(module):
-    """optimize(), verifying after every pass with KERASJIT_DEBUG=1 and dumping
-    the module after each one to KERASJIT_DUMP_DIR when set (what a backend
-    runs on a module it compiles)."""
+    """optimize() with configured_passes(), verifying after every pass with
+    KERASJIT_DEBUG=1 and dumping the module after each one to
+    KERASJIT_DUMP_DIR when set (what a backend runs on a module it compiles)."""
     return optimize(module, debug=bool(os.environ.get("KERASJIT_DEBUG")),
-                    dump_dir=os.environ.get("KERASJIT_DUMP_DIR"))
+                    dump_dir=os.environ.get("KERASJIT_DUMP_DIR"), passes=configured_passes())

@@ -19,8 +19,9 @@ from kerasjit.frontend.bridge import hlo_module, literals_from_proto
 from kerasjit.hlo import Instruction, parse_module, print_module, verify
 from kerasjit.hlo.evaluator import evaluate
 from kerasjit.passes import (DEFAULT_PASSES, PassError, Pipeline, conditional_to_select,
-                             constant_folding, cse, dce, fold_batch_sums, inline_calls, optimize,
-                             replace_all_uses, simplify)
+                             configured_passes, constant_folding, cse, dce, fold_batch_sums,
+                             inline_calls, optimize, optimize_as_configured, replace_all_uses,
+                             simplify)
 
 from tests.support.hlo_args import random_args
 from tests.support.hlo_text import hlo
@@ -490,6 +491,18 @@ def test_dump_to_directory_and_callback(tmp_path):
     assert names[:len(DEFAULT_PASSES)] == [p.__name__ for p in DEFAULT_PASSES]
     assert len(names) % len(DEFAULT_PASSES) == 0
     assert seen[-1][1] == print_module(result)
+
+
+def test_skipped_passes_do_not_run_and_a_misspelt_one_is_named(monkeypatch):
+    assert opcodes(optimize_as_configured(parse_module(PIPELINE_TEXT))).count("multiply") == 1
+    monkeypatch.setenv("KERASJIT_SKIP_PASSES", "cse, dce")
+    assert [p.__name__ for p in configured_passes()] == [
+        p.__name__ for p in DEFAULT_PASSES if p not in (cse, dce)]
+    assert opcodes(optimize_as_configured(parse_module(PIPELINE_TEXT))).count("multiply") == 2
+    monkeypatch.setenv("KERASJIT_SKIP_PASSES", "cse,window_dim_last")
+    with pytest.raises(ValueError, match="names no pass window_dim_last; the passes: "
+                                         "inline_calls, .*window_dims_last"):
+        configured_passes()
 
 
 def test_optimize_reaches_a_fixed_point():

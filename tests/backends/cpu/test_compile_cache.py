@@ -342,6 +342,15 @@ def test_a_warm_start_skips_the_bridge_and_the_passes(compile_cache_dir, monkeyp
     run_again(1, 2)
 
 
+def test_skipped_passes_are_part_of_the_optimised_module_key(compile_cache_dir, monkeypatch):
+    first = kerasjit.jit(with_constants, backend="cpu")(*ARGS)
+    monkeypatch.setenv("KERASJIT_SKIP_PASSES", "constant_folding")
+    again = kerasjit.jit(with_constants, backend="cpu")(*ARGS)
+    assert len(list(compile_cache_dir.glob("optimized-*.kjt"))) == 2
+    for a, b in zip(first, again):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
 def _accumulating_mlp():
     import keras
     model = workloads.mlp(dropout=0.2)
