@@ -882,6 +882,144 @@ def gen_argmax(b, pool):
                   bound=x.dims[d], grid=0)
 
 
+# ----------------------------------------------------- gather and scatter
+
+
+def start_index_values(b, pool, dims):
+    """Start indices of `dims` (s32 or s64) in [-1, 6]: mostly in range of the
+    small dims the generator makes, some past either end (a gather clamps
+    them, a scatter skips their windows)."""
+    index_type = choice(b.rng, ["s32", "s64"])
+    raw = operand(b, pool, index_type, dims, exact=True)
+    low = b.emit("and", index_type, dims, [raw, b.full(index_type, dims, 7)], bound=7, grid=0)
+    return b.emit("subtract", index_type, dims, [low, b.full(index_type, dims, 1)], bound=7,
+                  grid=0)
+
+
+@dataclass
+class IndexedWindows:
+    """What a gather and a scatter share: the operand dims the index vector
+    maps to, each operand dim's window size, the indices' batch dims, the
+    batching pairs (operand dim, indices dim), where the index vector dim is
+    (`implicit`: past the indices' dims, one start each), and the operand
+    dims dropped from the window (of size 1)."""
+    mapped: list
+    sizes: list
+    batch: list
+    batching: list
+    vector_dim: int
+    implicit: bool
+    dropped: list
+
+    @property
+    def indices_dims(self):
+        v = self.vector_dim
+        return list(self.batch) if self.implicit else self.batch[:v] + [len(self.mapped)] \
+            + self.batch[v:]
+
+    def window_sizes(self):
+        operand_batching = [d for d, _ in self.batching]
+        return [n for d, n in enumerate(self.sizes)
+                if d not in self.dropped and d not in operand_batching]
+
+    def spread(self, window_positions):
+        """Dims of the windowed side (a gather's output, a scatter's updates):
+        the window sizes at `window_positions`, the batch dims in order
+        between them."""
+        windows, batch = iter(self.window_sizes()), iter(self.batch)
+        rank = len(self.batch) + len(self.window_sizes())
+        return [next(windows) if d in window_positions else next(batch) for d in range(rank)]
+
+
+def indexed_windows(rng, dims):
+    """Random IndexedWindows over an operand of `dims` (none of them 0)."""
+    rank = len(dims)
+    mapped = [int(d) for d in rng.permutation(rank)[:int(rng.integers(1, rank + 1))]]
+    sizes = [int(rng.integers(1, n + 1)) for n in dims]
+    batch = [int(rng.integers(1, 4)) for _ in range(int(rng.integers(0, 3)))]
+    batching = []
+    free = [d for d in range(rank) if d not in mapped]
+    if free and rng.random() < 0.15:      # (one slice per batch element, at its coordinate)
+        d = int(choice(rng, free))
+        sizes[d] = 1
+        at = int(rng.integers(len(batch) + 1))
+        batch.insert(at, dims[d])
+        batching.append((d, at))
+    implicit = len(mapped) == 1 and rng.random() < 0.3
+    vector_dim = len(batch) if implicit else int(rng.integers(len(batch) + 1))
+    batching = [(d, at + (at >= vector_dim)) for d, at in batching]
+    dropped = sorted(d for d in range(rank) if sizes[d] == 1 and d not in dict(batching)
+                     and rng.random() < 0.6)
+    return IndexedWindows(mapped, sizes, batch, batching, vector_dim, implicit, dropped)
+
+
+def _positions(rng, rank, count):
+    return sorted(int(d) for d in rng.choice(rank, count, replace=False))
+
+
+def gen_gather(b, pool):
+    """XLA's gather, as TensorFlow writes embeddings, gather_nd and resizes:
+    slices at indexed starts (clamped so they fit), size-1 dims collapsed,
+    the window dims anywhere among the output's; sometimes batching dims."""
+    x = pick(b.rng, pool, lambda v: v.dims and all(v.dims) and v.tuple_shape is None)
+    if x is None:
+        return None
+    w = indexed_windows(b.rng, x.dims)
+    windows = w.window_sizes()
+    offset_dims = _positions(b.rng, len(w.batch) + len(windows), len(windows))
+    dims = w.spread(offset_dims)
+    if not (_size_ok(dims) and _size_ok(w.indices_dims)):
+        return None
+    indices = start_index_values(b, pool, w.indices_dims)
+    attrs = (f", offset_dims={{{_ints(offset_dims)}}}, collapsed_slice_dims={{{_ints(w.dropped)}}}"
+             f", start_index_map={{{_ints(w.mapped)}}}, index_vector_dim={w.vector_dim}"
+             f", slice_sizes={{{_ints(w.sizes)}}}")
+    if w.batching:
+        attrs += (f", operand_batching_dims={{{_ints(d for d, _ in w.batching)}}}"
+                  f", start_indices_batching_dims={{{_ints(i for _, i in w.batching)}}}")
+    # (the indices' facts are an integer's: they leave the values' bound and grid alone)
+    return b.emit("gather", x.dtype, dims, [x, indices], attrs, exact=x.exact, bound=x.bound,
+                  grid=x.grid, zero_sign=x.zero_sign)
+
+
+def gen_scatter(b, pool):
+    """XLA's scatter, as the gradients of gathers write it: update windows
+    combined (add, maximum, minimum) into indexed places, a window that does
+    not fit skipped; sometimes batching dims."""
+    x = pick(b.rng, pool, lambda v: v.dims and all(v.dims) and v.tuple_shape is None
+             and v.dtype != "pred")
+    if x is None:
+        return None
+    w = indexed_windows(b.rng, x.dims)
+    windows = w.window_sizes()
+    window_dims = _positions(b.rng, len(w.batch) + len(windows), len(windows))
+    update_dims = w.spread(window_dims)
+    if not (_size_ok(update_dims) and _size_ok(w.indices_dims)):
+        return None
+    opcode = choice(b.rng, ["add", "add", "maximum", "minimum"])
+    indices = start_index_values(b, pool, w.indices_dims)
+    updates = operand(b, pool, x.dtype, update_dims)
+    facts = dict(bound=max(x.bound, updates.bound), zero_sign=x.dtype not in FLOATS)
+    if opcode == "add":        # (each element: itself and at most one update per start)
+        terms = math.prod(w.batch) + 1
+        exact = x.exact and updates.exact
+        bound = max(x.bound, updates.bound) * terms
+        grid = on_grid(x.dtype, bound, _grid_max(x.grid, updates.grid))
+        if x.dtype in FLOATS and not (exact and grid is not None):
+            x, updates = clamped(b, x, INEXACT_LIMIT), clamped(b, updates, INEXACT_LIMIT)
+            exact, bound = False, INEXACT_LIMIT * terms
+        facts.update(exact=exact, bound=bound, grid=grid)
+    attrs = (f", update_window_dims={{{_ints(window_dims)}}}"
+             f", inserted_window_dims={{{_ints(w.dropped)}}}"
+             f", scatter_dims_to_operand_dims={{{_ints(w.mapped)}}}"
+             f", index_vector_dim={w.vector_dim}")
+    if w.batching:
+        attrs += (f", input_batching_dims={{{_ints(d for d, _ in w.batching)}}}"
+                  f", scatter_indices_batching_dims={{{_ints(i for _, i in w.batching)}}}")
+    attrs += f", to_apply=%{reducer(b, opcode, x.dtype)}"
+    return b.emit("scatter", x.dtype, x.dims, [x, indices, updates], attrs, **facts)
+
+
 # ----------------------------------------------------------- loops
 
 LOOP_OPS = ("add", "subtract", "maximum", "minimum")
@@ -1046,8 +1184,8 @@ GENERATORS = {
     gen_convert: 1, gen_bitcast_convert: 0.3, gen_broadcast: 1, gen_reshape: 1,
     gen_transpose: 1, gen_regroup: 0.5, gen_slice: 1, gen_pad: 1, gen_concatenate: 1,
     gen_reverse: 0.7, gen_iota: 0.3, gen_dynamic_slice: 0.6, gen_dynamic_update_slice: 0.4,
-    gen_reduce: 2, gen_reduce_window: 0.5, gen_argmax: 0.8, gen_softmax: 0.4, gen_dot: 1, gen_convolution: 0.8,
-    gen_duplicate: 0.3, gen_while: 0.4,
+    gen_reduce: 2, gen_reduce_window: 0.5, gen_argmax: 0.8, gen_softmax: 0.4, gen_dot: 1,
+    gen_convolution: 0.8, gen_duplicate: 0.3, gen_while: 0.4, gen_gather: 0.6, gen_scatter: 0.5,
 }
 
 
@@ -1117,6 +1255,10 @@ def _longest_reduction(module):
             kernel = inst.operands[1].shape
             outputs = kernel.dims[inst.attrs["dim_labels"].rhs.index("o")]
             longest = max(longest, kernel.size // outputs)
+        elif inst.opcode == "scatter":          # each update, and the element itself
+            updates = inst.operands[2].shape
+            longest = max(longest, updates.size // math.prod(
+                updates.dims[d] for d in inst.attrs["update_window_dims"]) + 1)
     return longest
 
 

@@ -90,6 +90,8 @@ def test_programs_cover_the_constructs_and_replay_alone():
             seen["tuple output"] += inst is module.entry.root and inst.opcode == "tuple"
             state = inst.operands[0].operands if inst.opcode == "while" else []
             seen["loop state holding a value twice"] += len(set(state)) < len(state)
+            seen["batching dims"] += bool(inst.attrs.get("operand_batching_dims")
+                                          or inst.attrs.get("input_batching_dims"))
             seen["empty operand"] += any(op.shape.size == 0 for op in inst.operands
                                          if not op.shape.is_tuple)
     wanted = {"add", "log", "divide", "shift-left", "compare", "select", "clamp", "convert",
@@ -97,7 +99,8 @@ def test_programs_cover_the_constructs_and_replay_alone():
               "concatenate", "reverse", "reduce", "reduce-window", "dot", "convolution", "iota",
               "dynamic-slice", "dynamic-update-slice", "variadic reduce", "strided slice",
               "negative or interior pad", "dot batch dims", "feature groups", "batch groups",
-              "tuple output", "while", "loop state holding a value twice", "empty operand"}
+              "tuple output", "while", "loop state holding a value twice", "empty operand",
+              "gather", "scatter", "batching dims"}
     assert not {w for w in wanted if not seen[w]}
     assert fuzz_hlo.generate(SEED, 123) == fuzz_hlo.generate(SEED, 123) \
         != fuzz_hlo.generate(SEED, 124)
