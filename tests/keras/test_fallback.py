@@ -56,6 +56,44 @@ def test_seed_runtime_axis_expand_dims_trains_split_between_tf_and_compiled():
     assert "TensorFlow: " in text and "compile-time constant" in text
 
 
+def augmenting_cnn():
+    """Keras's image augmentation layers before a small CNN: stateless random
+    draws from a seed variable, and a translation (ImageProjectiveTransformV3)
+    that has no XLA kernel."""
+    inputs = keras.Input((12, 12, 3))
+    x = keras.layers.RandomFlip("horizontal_and_vertical")(inputs)
+    x = keras.layers.RandomTranslation(0.1, 0.1)(x)
+    x = keras.layers.RandomContrast(0.2)(x)
+    x = keras.layers.RandomBrightness(0.2, value_range=(0, 1))(x)
+    x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(inputs, keras.layers.Dense(4, activation="softmax")(x))
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    return model
+
+
+def test_augmentation_layers_train_as_plain_keras_around_the_op_xla_lacks():
+    rng = np.random.default_rng(0)
+    x, y = rng.random((64, 12, 12, 3), dtype=np.float32), rng.integers(0, 4, 64)
+    runs = []
+    for wrap in (lambda m: m, lambda m: kerasjit.wrap(m, backend="cpu", race=False,
+                                                        background=False)):
+        keras.utils.set_random_seed(5)
+        model = wrap(augmenting_cnn())
+        losses = model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+        runs.append((model, losses.history["loss"]))
+    (plain, plain_loss), (wrapped, wrapped_loss) = runs
+    np.testing.assert_allclose(wrapped_loss, plain_loss, rtol=1e-5)
+    for a, b in zip(plain.get_weights(), wrapped.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    seeds = [[v.numpy() for v in m.variables if "seed_generator" in v.path]
+             for m in (plain, wrapped)]
+    assert len(seeds[0]) == 4 and all(np.array_equal(a, b) for a, b in zip(*seeds))
+    clusters = kerasjit.explain(wrapped, x[:16], y[:16]).clusters
+    assert [c.ops for c in clusters if c.kind == "tensorflow"] == [["ImageProjectiveTransformV3"]]
+    assert sum(c.kind == "compiled" for c in clusters) == 2
+
+
 def test_jit_seed_reduction_matches_numpy():
     f = kerasjit.jit(lambda x, y, z: tf.reduce_sum(x + y * z), backend="reference")
     x, y, z = (np.random.default_rng(i).random(100, dtype=np.float32) for i in range(3))
