@@ -231,6 +231,16 @@ def hlo_module(fn, *args):
     return parse_module(text, literals_from_proto(ir(stage="hlo_serialized")) if elided else None)
 
 
+_NO_XLA_KERNEL = re.compile(r"No registered '(\w+)' OpKernel for (XLA_\w+_JIT) devices")
+
+
 def _first_paragraph(message):
-    message = message.replace("Failed getting HLO text: '", "")
-    return message.split("\n\n")[0].split(" | ")[0].strip()
+    """The bridge's error as a cluster's reason: that an op has no XLA kernel
+    where that is what it says, else its first paragraph without the node
+    markers (the reason is given beside the node's name) and TensorFlow's
+    advice on dumping graphs."""
+    missing = _NO_XLA_KERNEL.search(message)
+    if missing:
+        return f"{missing[1]} has no XLA kernel ({missing[2]})"
+    message = message.replace("Failed getting HLO text: '", "").split("\nThe op is created at")[0]
+    return _REJECTED_NODE.sub("", message.split("\n\n")[0].split(" | ")[0]).strip()
