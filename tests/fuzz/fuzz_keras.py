@@ -393,7 +393,9 @@ def image_layer(rng, shape):
                       "Conv2DTranspose", "MaxPooling2D", "MaxPooling2D", "AveragePooling2D",
                       "GlobalAveragePooling2D", "GlobalMaxPooling2D", "Flatten",
                       "UpSampling2D", "ZeroPadding2D", "Cropping2D", "SpatialDropout2D",
-                      "Reshape"))
+                      "Reshape", "Augmentation"))
+    if kind == "Augmentation":
+        return augmentation(rng, shape)
     if kind in ("Conv2D", "SeparableConv2D", "Conv2DTranspose", "DepthwiseConv2D"):
         kwargs = _conv_layer_kwargs(rng, kind, 2, channels)
         return Call(f"layers.{kind}", kwargs)
@@ -413,6 +415,34 @@ def image_layer(rng, shape):
     if kind == "Reshape":
         return Call("layers.Reshape", {"target_shape": (height * width, channels)})
     return Call(f"layers.{kind}")
+
+
+# Keras's image augmentation layers: random in training (stateless draws from
+# a seed variable), the identity in inference. The translation, rotation and
+# zoom transform images with ImageProjectiveTransformV3, which has no XLA
+# kernel: TensorFlow runs it between compiled clusters.
+AUGMENTATIONS = ("RandomFlip", "RandomTranslation", "RandomRotation", "RandomZoom",
+                 "RandomContrast", "RandomBrightness", "RandomCrop")
+
+
+def augmentation(rng, shape):
+    height, width, _ = shape
+    kind = pick(rng, AUGMENTATIONS)
+    if kind == "RandomFlip":
+        return Call("layers.RandomFlip", {"mode": pick(rng, ("horizontal", "vertical",
+                                                              "horizontal_and_vertical"))})
+    if kind in ("RandomTranslation", "RandomZoom"):
+        kwargs = {"height_factor": 0.2, "width_factor": pick(rng, (0.1, 0.3))}
+        return Call(f"layers.{kind}", _maybe(rng, kwargs, 0.3, fill_mode="constant",
+                                             interpolation="nearest"))
+    if kind == "RandomRotation":
+        return Call("layers.RandomRotation", _maybe(rng, {"factor": 0.1}, 0.3,
+                                                    fill_mode="nearest"))
+    if kind == "RandomContrast":
+        return Call("layers.RandomContrast", {"factor": pick(rng, (0.2, 0.5))})
+    if kind == "RandomBrightness":
+        return Call("layers.RandomBrightness", {"factor": 0.2, "value_range": (-4, 4)})
+    return Call("layers.RandomCrop", {"height": max(1, height - 1), "width": max(1, width - 1)})
 
 
 def features_layer(rng, shape):
