@@ -957,26 +957,43 @@ def _positions(rng, rank, count):
     return sorted(int(d) for d in rng.choice(rank, count, replace=False))
 
 
-def gen_gather(b, pool):
-    """XLA's gather, as TensorFlow writes embeddings, gather_nd and resizes:
-    slices at indexed starts (clamped so they fit), size-1 dims collapsed,
-    the window dims anywhere among the output's; sometimes batching dims."""
-    x = pick(b.rng, pool, lambda v: v.dims and all(v.dims) and v.tuple_shape is None)
+def _indexed(b, pool, accept):
+    """For a gather or a scatter: an operand from the pool (no dim of 0) that
+    `accept`s, random IndexedWindows over it, the positions of the window
+    dims on the windowed side, that side's dims, and the start indices; None
+    where nothing fits."""
+    x = pick(b.rng, pool, lambda v: v.dims and all(v.dims) and v.tuple_shape is None
+             and accept(v))
     if x is None:
         return None
     w = indexed_windows(b.rng, x.dims)
     windows = w.window_sizes()
-    offset_dims = _positions(b.rng, len(w.batch) + len(windows), len(windows))
-    dims = w.spread(offset_dims)
+    positions = _positions(b.rng, len(w.batch) + len(windows), len(windows))
+    dims = w.spread(positions)
     if not (_size_ok(dims) and _size_ok(w.indices_dims)):
         return None
-    indices = start_index_values(b, pool, w.indices_dims)
+    return x, w, positions, dims, start_index_values(b, pool, w.indices_dims)
+
+
+def _batching_attrs(w, operand_key, indices_key):
+    if not w.batching:
+        return ""
+    return (f", {operand_key}={{{_ints(d for d, _ in w.batching)}}}"
+            f", {indices_key}={{{_ints(i for _, i in w.batching)}}}")
+
+
+def gen_gather(b, pool):
+    """XLA's gather, as TensorFlow writes embeddings, gather_nd and resizes:
+    slices at indexed starts (clamped so they fit), size-1 dims collapsed,
+    the window dims anywhere among the output's; sometimes batching dims."""
+    chosen = _indexed(b, pool, lambda v: True)
+    if chosen is None:
+        return None
+    x, w, offset_dims, dims, indices = chosen
     attrs = (f", offset_dims={{{_ints(offset_dims)}}}, collapsed_slice_dims={{{_ints(w.dropped)}}}"
              f", start_index_map={{{_ints(w.mapped)}}}, index_vector_dim={w.vector_dim}"
-             f", slice_sizes={{{_ints(w.sizes)}}}")
-    if w.batching:
-        attrs += (f", operand_batching_dims={{{_ints(d for d, _ in w.batching)}}}"
-                  f", start_indices_batching_dims={{{_ints(i for _, i in w.batching)}}}")
+             f", slice_sizes={{{_ints(w.sizes)}}}"
+             + _batching_attrs(w, "operand_batching_dims", "start_indices_batching_dims"))
     # (the indices' facts are an integer's: they leave the values' bound and grid alone)
     return b.emit("gather", x.dtype, dims, [x, indices], attrs, exact=x.exact, bound=x.bound,
                   grid=x.grid, zero_sign=x.zero_sign)
@@ -986,18 +1003,11 @@ def gen_scatter(b, pool):
     """XLA's scatter, as the gradients of gathers write it: update windows
     combined (add, maximum, minimum) into indexed places, a window that does
     not fit skipped; sometimes batching dims."""
-    x = pick(b.rng, pool, lambda v: v.dims and all(v.dims) and v.tuple_shape is None
-             and v.dtype != "pred")
-    if x is None:
+    chosen = _indexed(b, pool, lambda v: v.dtype != "pred")
+    if chosen is None:
         return None
-    w = indexed_windows(b.rng, x.dims)
-    windows = w.window_sizes()
-    window_dims = _positions(b.rng, len(w.batch) + len(windows), len(windows))
-    update_dims = w.spread(window_dims)
-    if not (_size_ok(update_dims) and _size_ok(w.indices_dims)):
-        return None
+    x, w, window_dims, update_dims, indices = chosen
     opcode = choice(b.rng, ["add", "add", "maximum", "minimum"])
-    indices = start_index_values(b, pool, w.indices_dims)
     updates = operand(b, pool, x.dtype, update_dims)
     facts = dict(bound=max(x.bound, updates.bound), zero_sign=x.dtype not in FLOATS)
     if opcode == "add":        # (each element: itself and at most one update per start)
@@ -1012,10 +1022,8 @@ def gen_scatter(b, pool):
     attrs = (f", update_window_dims={{{_ints(window_dims)}}}"
              f", inserted_window_dims={{{_ints(w.dropped)}}}"
              f", scatter_dims_to_operand_dims={{{_ints(w.mapped)}}}"
-             f", index_vector_dim={w.vector_dim}")
-    if w.batching:
-        attrs += (f", input_batching_dims={{{_ints(d for d, _ in w.batching)}}}"
-                  f", scatter_indices_batching_dims={{{_ints(i for _, i in w.batching)}}}")
+             f", index_vector_dim={w.vector_dim}"
+             + _batching_attrs(w, "input_batching_dims", "scatter_indices_batching_dims"))
     attrs += f", to_apply=%{reducer(b, opcode, x.dtype)}"
     return b.emit("scatter", x.dtype, x.dims, [x, indices, updates], attrs, **facts)
 
