@@ -15,5 +15,5 @@ from .window_dims_last import window_dims_last
 
 __all__ = ["DEFAULT_PASSES", "PassError", "Pipeline", "conditional_to_select", "configured_passes",
            "constant_folding", "cse", "dce", "fold_batch_sums", "fold_dot_transposes",
-           "inline_calls", "optimize", "optimize_as_configured", "replace_all_uses", "rewrite", "simplify",
-           "split_dilated_convolutions", "widen_floats", "window_dims_last"]
+           "inline_calls", "optimize", "optimize_as_configured", "replace_all_uses", "rewrite",
+           "simplify", "split_dilated_convolutions", "widen_floats", "window_dims_last"]
