@@ -222,7 +222,7 @@ def hlo_module(fn, *args):
     except Exception as e:    # the bridge reports rejected nodes by name
         message = str(e)
         names = [a or b for a, b in _REJECTED_NODE.findall(message)]
-        raise BridgeRejected(list(dict.fromkeys(names)), _first_paragraph(message)) from None
+        raise BridgeRejected(list(dict.fromkeys(names)), _rejection_reason(message)) from None
     if "<=" in text.splitlines()[0]:
         raise BridgeRejected([], "the bridge produced dynamic shapes")
     # Large constants are printed elided, `{...}`: only then is the serialized
@@ -234,7 +234,7 @@ def hlo_module(fn, *args):
 _NO_XLA_KERNEL = re.compile(r"No registered '(\w+)' OpKernel for (XLA_\w+_JIT) devices")
 
 
-def _first_paragraph(message):
+def _rejection_reason(message):
     """The bridge's error as a cluster's reason: that an op has no XLA kernel
     where that is what it says, else its first paragraph without the node
     markers (the reason is given beside the node's name) and TensorFlow's
