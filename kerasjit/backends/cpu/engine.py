@@ -76,30 +76,44 @@ def host_isa():
     return isa, onednn
 
 
-@functools.cache
-def l2_cache_bytes(default=1 << 20):
-    """The host's per-core L2 cache size (Linux's sysfs, read once; `default`
-    where it is not to be read): how much of an operand a blocked kernel keeps near."""
+def _cache_bytes(level, default):
+    """The host's per-core data cache of `level` (Linux's sysfs; `default`
+    where it is not to be read)."""
     root = "/sys/devices/system/cpu/cpu0/cache"
+
+    def read(index, name):
+        with open(os.path.join(root, index, name)) as f:
+            return f.read().strip()
     try:
         for index in sorted(os.listdir(root)):
-            with open(os.path.join(root, index, "level")) as f:
-                if f.read().strip() != "2":
-                    continue
-            with open(os.path.join(root, index, "size")) as f:
-                size = f.read().strip()
-            scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
-            return int(size.rstrip("KM")) * scale
+            if read(index, "level") == str(level) and read(index, "type") != "Instruction":
+                size = read(index, "size")
+                scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
+                return int(size.rstrip("KM")) * scale
     except (OSError, ValueError):
         pass
     return default
+
+
+@functools.cache
+def l1_cache_bytes():
+    """The per-core L1 data cache (read once): what a blocked kernel's
+    innermost loops keep their operands in."""
+    return _cache_bytes(1, 32 << 10)
+
+
+@functools.cache
+def l2_cache_bytes():
+    """The per-core L2 cache (read once): how much of an operand a blocked
+    kernel keeps near."""
+    return _cache_bytes(2, 1 << 20)
 
 
 def host_description():
     """CPU name, features and L2 size code is generated for: part of every
     compile-cache key."""
     _jit()
-    return ":".join(_target()) + f":L2={l2_cache_bytes()}"
+    return ":".join(_target()) + f":L1={l1_cache_bytes()}:L2={l2_cache_bytes()}"
 
 
 def is_x86():

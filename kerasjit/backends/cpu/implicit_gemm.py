@@ -7,10 +7,12 @@ where they lie (ImplicitGemm's strides): nothing is written but the output.
 `void name(ptr c, ptr a, ptr b, ptr extra..., i64 chunk, i64 lo, i64 hi)`
 runs row blocks [lo, hi) of the flattened (outer rows, row block) x feature
 block space, so parallel.call_split can share them out. A long contraction is
-cut into slices whose part of B fits in L2 (in L1 where C is small); all of a
-thread's blocks take one slice before the next (partial sums kept in C), so B
-streams from memory once per thread, not once per block. An epilogue
-(epilogues.py) runs over each block's rows after their last slice, in place.
+cut into slices whose part of B fits in L2 (in L1 where C is small or the
+blocks read B fast), and a thread's blocks run in groups whose part of C
+fits in L2: all of a group's blocks take one slice before the next (partial
+sums kept in C), so B streams from memory once per group, not once per
+block, and the partial sums wait in L2. An epilogue (epilogues.py) runs over
+each block's rows after their last slice, in place.
 
 A contraction cut into runs (ImplicitGemm.parts: a filter gradient, few sums
 over a long contraction) adds the run to the outermost index of the block
@@ -34,13 +36,17 @@ from .llvm_types import I64, PTR, counted_loop, run_time_loop, unflatten
 from .vector_code import VectorCode, blocks
 
 # B's part per contraction slice: a quarter of L2 and at most 256 KB
-# (reports/tuning-measurements.md).
+# (reports/tuning-measurements.md), where B is read from L2 well enough ...
 SLICE_BYTES = min(256 << 10, engine.l2_cache_bytes() // 4)
-# ... and where C fits in half of L2 (a filter gradient: a long contraction
-# into few sums), slices within L1: each slice of A and B serves every block
-# from L1, the partial sums revisited from L2 cost little.
+# ... and within L1 where C fits in half of L2 (a filter gradient: a long
+# contraction into few sums: each slice of A and B serves every block from
+# L1, the partial sums revisited from L2 cost little), or where the blocks
+# have few rows for their vectors of features (a vector of B per few FMAs)
+# and B does not fit in half of L1 whole: there the blocks run in groups
+# whose part of C is a quarter of L2.
 L1_SLICE_BYTES = 16 << 10
 SMALL_C_BYTES = engine.l2_cache_bytes() // 2
+GROUP_C_BYTES = engine.l2_cache_bytes() // 4
 # Multiply-adds from which a second thread pays (reports/tuning-measurements.md).
 SPLIT_WORK = 1 << 22
 
@@ -86,7 +92,9 @@ class Blocking:
         # of B than the budget is cut into runs of `slice` iterations; each slice
         # is one such run at one index of the levels outside it.
         extents = [e for e, _, _ in self.depth]
-        budget = L1_SLICE_BYTES if step.m * step.n * 4 <= SMALL_C_BYTES else SLICE_BYTES
+        small_c = step.m * step.n * 4 <= SMALL_C_BYTES
+        hungry = lanes >= 2 * most and math.prod(extents) * width * 4 > engine.l1_cache_bytes() // 2
+        budget = L1_SLICE_BYTES if small_c or hungry else SLICE_BYTES
         self.level = next(lv for lv in range(len(extents))
                           if math.prod(extents[lv + 1:]) * width * 4 <= budget)
         panel = math.prod(extents[self.level + 1:]) * width * 4
@@ -99,6 +107,9 @@ class Blocking:
         # GFLOP/s on Zen 3); else each feature block's part of B stays cached
         # while the rows stream past it.
         self.features_inner = math.prod(extents) * step.n * 4 <= SLICE_BYTES
+        # Blocks per group: their sums within GROUP_C_BYTES (C whole where small).
+        block_bytes = (self.rows + 1) * width * 4
+        self.group = self.total if small_c else max(1, GROUP_C_BYTES // block_bytes)
 
 
 class _Emitter(VectorCode):
@@ -134,12 +145,20 @@ class _Emitter(VectorCode):
         return self.fn
 
     def _slices(self, lo, hi):
-        """Blocks [lo, hi) (of one run), slice after slice."""
-        if self.plan.slices > 1:
-            counted_loop(self.b, self.fn, self.plan.slices,
-                         lambda part: self._blocks(part, lo, hi))
-        else:
+        """Blocks [lo, hi) (of one run), group after group, each slice after slice."""
+        plan, b = self.plan, self.b
+        if plan.slices == 1:
             self._blocks(None, lo, hi)
+            return
+        group = self.const(plan.group)
+
+        def slices(g):
+            first = b.add(lo, b.mul(g, group))
+            end = b.add(first, group)
+            end = b.select(b.icmp_signed("<", end, hi), end, hi)
+            counted_loop(b, self.fn, plan.slices, lambda part: self._blocks(part, first, end))
+        groups = b.udiv(b.add(b.sub(hi, lo), self.const(plan.group - 1)), group)
+        run_time_loop(b, self.fn, self.const(0), groups, slices, unroll=False)
 
     def _run_terms(self, operand):
         """The offset of the current run in A (0), B (1) or C (2): none for one run."""

@@ -14,6 +14,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
+from llvmlite import ir
 
 from kerasjit.backends.cpu import CpuBackend, codegen, engine, implicit_gemm, parallel
 from kerasjit.backends.cpu.codegen import render_program
@@ -79,7 +80,9 @@ def test_sliced_contractions_and_threads_match_evaluator(name, monkeypatch, no_c
     # memory (a fresh backend for check) or on disk.
     monkeypatch.setattr(cpu_check, "BACKEND", CpuBackend())
     monkeypatch.setattr(implicit_gemm, "SLICE_BYTES", 256)    # every contraction sliced,
-    monkeypatch.setattr(implicit_gemm, "L1_SLICE_BYTES", 256)  # its C small or not
+    monkeypatch.setattr(implicit_gemm, "L1_SLICE_BYTES", 256)
+    monkeypatch.setattr(implicit_gemm, "SMALL_C_BYTES", 0)      # its C taken as large:
+    monkeypatch.setattr(implicit_gemm, "GROUP_C_BYTES", 4096)  # its blocks in groups
     monkeypatch.setattr(implicit_gemm, "SPLIT_WORK", 0)       # every one split over threads,
     monkeypatch.setattr(parallel, "MIN_WORK", 0)    # and loop kernels (a tiled copy's outer dim)
     fn, args = CASES[name]
@@ -269,10 +272,28 @@ def test_a_short_contraction_or_many_sums_stay_whole():
     assert (forward.parts, input_gradient.parts, weights_gradient.parts) == (1, 1, 8)
 
 
+def test_a_long_contraction_into_a_large_output_runs_slice_by_slice_in_groups_of_blocks():
+    """Blocks of 6 rows by 4 vectors of 16 features take their slice of B
+    from L1 and their partial sums from L2: a group's part of C fits
+    GROUP_C_BYTES (the whole of C does not)."""
+    forward, *_ = implicit_steps(conv_and_grads(1, "VALID"),
+                                 (rand(16, 40, 40, 64), rand(5, 5, 64, 64)))
+    plan = implicit_gemm._Emitter(ir.Module(), forward, "g", 16).plan
+    extents = [e for e, _, _ in plan.depth]
+    assert plan.slices > 1
+    assert plan.slice * math.prod(extents[plan.level + 1:]) * plan.width * 4 \
+        <= implicit_gemm.L1_SLICE_BYTES
+    block_bytes = (plan.rows + 1) * plan.width * 4
+    assert forward.m * forward.n * 4 > implicit_gemm.GROUP_C_BYTES
+    assert 1 < plan.group < plan.total and plan.group * block_bytes <= implicit_gemm.GROUP_C_BYTES
+
+
 def test_an_epilogue_runs_once_the_last_slice_is_summed(monkeypatch, no_compile_cache):
     monkeypatch.setattr(cpu_check, "BACKEND", CpuBackend())
     monkeypatch.setattr(implicit_gemm, "SLICE_BYTES", 256)
     monkeypatch.setattr(implicit_gemm, "L1_SLICE_BYTES", 256)
+    monkeypatch.setattr(implicit_gemm, "SMALL_C_BYTES", 0)
+    monkeypatch.setattr(implicit_gemm, "GROUP_C_BYTES", 4096)
     monkeypatch.setattr(implicit_gemm, "SPLIT_WORK", 0)
     check_compiled(conv_bias_relu_and_grads, BIAS_RELU)
 
