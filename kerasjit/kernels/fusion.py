@@ -1,7 +1,7 @@
 """Fusion decisions: which HLO values are inlined into their users' kernels
 and which are materialised in a buffer, each with its reason (explain()
 lists them)."""
-from ..hlo.opcodes import BROADCAST, FREE, OPAQUE, OPCODES, REDUCE
+from ..hlo.opcodes import ARITHMETIC, BROADCAST, ELEMENTWISE, FREE, OPAQUE, OPCODES, REDUCE
 from .ir import FusionDecision
 
 
@@ -20,8 +20,39 @@ def roots_a_kernel(inst):
                                                                       "select-and-scatter")
 
 
-def materialize_reason(inst, users):
-    """None if `inst` can be inlined into each of its `users`, else why not."""
+def _stored_reads(inst, materialized):
+    """How many elements `inst` reads from stored values where it computes
+    nothing (a stored value itself, or free ops of stored values: a
+    broadcast of a row), else None."""
+    if materialized.get(inst) or inst.opcode in ("parameter", "constant"):
+        return inst.shape.size
+    if OPCODES[inst.opcode].cost != FREE:
+        return None
+    reads = [_stored_reads(op, materialized) for op in inst.operands]
+    return None if None in reads else sum(reads)
+
+
+def recomputing_pays(inst, users, materialized):
+    """Whether each of `users` may compute arithmetic elementwise `inst` for
+    itself rather than read it stored: its operands are stored values (so no
+    other work is repeated), and reading them in every user moves no more
+    memory than storing `inst` once and reading it in every user
+    (BatchNormalization's x - mean, read by the variance and by the gradient:
+    x and a row, not a second tensor of x's size written and read again)."""
+    if inst.kind != ELEMENTWISE or OPCODES[inst.opcode].cost != ARITHMETIC:
+        return False
+    reads = [_stored_reads(op, materialized) for op in inst.operands]
+    if None in reads:
+        return False
+    size = inst.shape.size
+    operands = sum(min(r, size) for r in reads)
+    return len(users) * operands <= operands + (len(users) + 1) * size
+
+
+def materialize_reason(inst, users, materialized):
+    """None if `inst` can be inlined into each of its `users`, else why not
+    (`materialized`: the reasons of the instructions before it, None where
+    inlined)."""
     if inst.opcode == "parameter":
         return "parameter"
     if inst.opcode == "constant":
@@ -40,12 +71,22 @@ def materialize_reason(inst, users):
     if inst.shape.rank == 0:
         return None           # scalars: LLVM hoists them out of the loops they feed
     recomputed = OPCODES[inst.opcode].cost != FREE
-    if len(users) > 1 and recomputed:
+    users = list(dict.fromkeys(users))      # (x * x: one user)
+    if len(users) > 1 and recomputed and not recomputing_pays(inst, users, materialized):
         return f"{len(users)} users would each recompute it"
-    if users and users[0].kind == BROADCAST and recomputed \
-            and inst.shape.size < users[0].shape.size:
+    if recomputed and any(u.kind == BROADCAST and inst.shape.size < u.shape.size
+                          for u in users):
         return "a broadcast would recompute it per output element"
     return None
+
+
+def materialize_reasons(order, users):
+    """{instruction: materialize_reason} for the instructions in `order`
+    (operands first), with their `users`."""
+    materialized = {}
+    for inst in order:
+        materialized[inst] = materialize_reason(inst, users[inst], materialized)
+    return materialized
 
 
 def fusion_decisions(order, materialized):

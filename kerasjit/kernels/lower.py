@@ -16,7 +16,7 @@ from .conv_gemm import conv_as_gemm
 from .conv_implicit import conv_as_implicit_gemm
 from .dot_implicit import dot_as_implicit_gemm
 from .expressions import EXPRESSIONS, elementwise, op_of, scatter_update, update_window
-from .fusion import fusion_decisions, materialize_reason, roots_a_kernel
+from .fusion import fusion_decisions, materialize_reasons, roots_a_kernel
 from .ir import (S64, Buffer, Const, GemmCall, Index, KernelProgram, Load, LoopKernel, Op,
                  ScatterKernel, Var)
 from .joins import NotInKernel, join_recent_loop
@@ -60,7 +60,7 @@ class _Lowering:
         outputs = list(root.operands) if root.opcode == "tuple" else [root]
         if any(o.shape.is_tuple for o in outputs):
             raise Unsupported("nested tuple outputs")
-        materialized = {i: materialize_reason(i, self.users[i]) for i in self.order}
+        materialized = materialize_reasons(self.order, self.users)
         self.decisions = fusion_decisions(self.order, materialized)
         params = [self.buffer_for(p, "param") for p in self.comp.parameters]
         for inst in self.order:     # (an output that is a constant is copied from one)
@@ -88,7 +88,7 @@ class _Lowering:
             else:
                 self.buffer_of[param] = value
         results = leaves(parts(self.comp.root, self.bound))
-        materialized = {i: materialize_reason(i, self.users[i]) for i in self.order}
+        materialized = materialize_reasons(self.order, self.users)
         self.decisions = fusion_decisions(self.order, materialized)
         for inst in results:
             if not isinstance(inst, int):

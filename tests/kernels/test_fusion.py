@@ -274,3 +274,55 @@ ENTRY %e (x: f32[64], b: f32[]) -> (f32[64], f32[64]) {
     decisions = {(d.producer, d.consumer): d.reason for d in lower(module, PATCHES).decisions}
     assert decisions[("e", "s")] == decisions[("e", "m")] == "2 users would each recompute it"
     assert decisions[("n", "s")] == decisions[("n", "m")] == "fused"     # (negate: free)
+
+
+def centred(users, operand="%mean_row"):
+    """x - `operand` (x less its column means, as BatchNormalization's
+    moments take it) read by `users` elementwise consumers and a variance."""
+    consumers = "\n".join(f"  %u{i} = f32[64,16] multiply(%d, %g{i})" for i in range(users))
+    outputs = ", ".join(f"%u{i}" for i in range(users))
+    types = ", ".join(["f32[64,16]"] * users)
+    params = "\n".join(f"  %g{i} = f32[64,16] parameter({i + 2})" for i in range(users))
+    return parse_module(hlo(f"""  %x = f32[64,16] parameter(0)
+  %y = f32[64,16] parameter(1)
+{params}
+  %zero = f32[] constant(0)
+  %total = f32[16] reduce(%x, %zero), dimensions={{0}}, to_apply=%sum
+  %n = f32[16] constant({{64,64,64,64,64,64,64,64,64,64,64,64,64,64,64,64}})
+  %mean = f32[16] divide(%total, %n)
+  %mean_row = f32[64,16] broadcast(%mean), dimensions={{1}}
+  %d = f32[64,16] subtract(%x, {operand})
+  %square = f32[64,16] multiply(%d, %d)
+  %variance = f32[16] reduce(%square, %zero), dimensions={{0}}, to_apply=%sum
+{consumers}
+  ROOT %out = (f32[16], {types}) tuple(%variance, {outputs})""", SUM))
+
+
+@pytest.mark.parametrize("users, operand, stored", [
+    (1, "%mean_row", False),   # x and a row: each user computes x - mean for itself
+    (4, "%mean_row", False),
+    (1, "%y", False),          # two tensors: read by the variance and one user, not stored...
+    (3, "%y", True)])          # ... but by four, stored once and read
+def test_a_value_of_stored_operands_is_recomputed_by_its_users_where_that_moves_less_memory(
+        users, operand, stored):
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((64, 16)).astype(np.float32) for _ in range(2 + users)]
+    program = compiled_and_lowered(centred(users, operand), args, rtol=1e-5, atol=1e-4)
+    assert any(b.name == "d" for b in program.buffers) == stored
+    reasons = {d.reason for d in program.decisions if d.producer == "d"}
+    assert reasons == ({f"{users + 1} users would each recompute it"} if stored else {"fused"})
+
+
+def test_a_value_computed_from_an_inlined_one_is_stored_for_its_users():
+    """Recomputing it would recompute its operand's work too, once per user."""
+    module = parse_module(hlo("""  %x = f32[64] parameter(0)
+  %e = f32[64] exponential(%x)
+  %half = f32[64] multiply(%x, %x)
+  %s = f32[64] add(%half, %x)
+  %a = f32[64] multiply(%s, %e)
+  %b = f32[64] subtract(%s, %e)
+  ROOT %out = (f32[64], f32[64]) tuple(%a, %b)"""))
+    decisions = {(d.producer, d.consumer): d.reason
+                 for d in compiled_and_lowered(module, [np.ones(64, np.float32)]).decisions}
+    assert decisions[("half", "s")] == "fused"
+    assert decisions[("s", "a")] == "2 users would each recompute it"
