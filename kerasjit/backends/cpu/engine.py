@@ -110,8 +110,8 @@ def l2_cache_bytes():
 
 
 def host_description():
-    """CPU name, features and L2 size code is generated for: part of every
-    compile-cache key."""
+    """CPU name, features and L1 and L2 sizes code is generated for: part of
+    every compile-cache key."""
     _jit()
     return ":".join(_target()) + f":L1={l1_cache_bytes()}:L2={l2_cache_bytes()}"
 

@@ -45,6 +45,7 @@ SLICE_BYTES = min(256 << 10, engine.l2_cache_bytes() // 4)
 # and B does not fit in half of L1 whole: there the blocks run in groups
 # whose part of C is a quarter of L2.
 L1_SLICE_BYTES = 16 << 10
+B_IN_L1_BYTES = engine.l1_cache_bytes() // 2
 SMALL_C_BYTES = engine.l2_cache_bytes() // 2
 GROUP_C_BYTES = engine.l2_cache_bytes() // 4
 # Multiply-adds from which a second thread pays (reports/tuning-measurements.md).
@@ -93,7 +94,8 @@ class Blocking:
         # is one such run at one index of the levels outside it.
         extents = [e for e, _, _ in self.depth]
         small_c = step.m * step.n * 4 <= SMALL_C_BYTES
-        hungry = lanes >= 2 * most and math.prod(extents) * width * 4 > engine.l1_cache_bytes() // 2
+        b_bytes = math.prod(extents) * width * 4        # B's part for one feature block
+        hungry = lanes >= 2 * most and b_bytes > B_IN_L1_BYTES
         budget = L1_SLICE_BYTES if small_c or hungry else SLICE_BYTES
         self.level = next(lv for lv in range(len(extents))
                           if math.prod(extents[lv + 1:]) * width * 4 <= budget)
