@@ -51,6 +51,18 @@ def _padded(lw, inst, lhs, lhs_l, window):
     own, and its dims."""
     if not any(w.pad_lo or w.pad_hi or w.lhs_dilate > 1 for w in window):
         return lw.in_place(lhs), lhs.shape.dims
+    # A convolution's filter gradient pads its input as the forward did: one copy
+    # serves both (small_resnet made each of its padded copies twice).
+    role = "padded" + repr(sorted((lhs_l[d], w.pad_lo, w.pad_hi, w.lhs_dilate)
+                                  for d, w in enumerate(window)))
+    if (lhs, role) not in lw.own_kernels:
+        lw.own_kernels[lhs, role] = _pad(lw, inst, lhs, lhs_l, window)
+    padded_id = lw.own_kernels[lhs, role]
+    return padded_id, lw.buffers[padded_id].dims
+
+
+def _pad(lw, inst, lhs, lhs_l, window):
+    """A new buffer, and the kernel filling it, of lhs padded and dilated."""
     dims = list(lhs.shape.dims)
     for d, w in enumerate(window):
         dims[lhs_l[d]] = (dims[lhs_l[d]] - 1) * w.lhs_dilate + 1 + w.pad_lo + w.pad_hi
@@ -70,7 +82,7 @@ def _padded(lw, inst, lhs, lhs_l, window):
     value = Op("f32", "select", (valid, _read(lw, lhs, index, source), Const("f32", 0.0)))
     lw.steps.append(LoopKernel(f"pad_{inst.name}", tuple(dims), [(padded_id, value)],
                                [f"{inst.name}.padded"]))
-    return padded_id, tuple(dims)
+    return padded_id
 
 
 def _unreversed(rhs, rhs_l, spatial):

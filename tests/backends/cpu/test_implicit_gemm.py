@@ -307,6 +307,29 @@ def test_a_convolution_read_elsewhere_too_keeps_its_output():
     check_compiled(returned_too, BIAS_RELU)
 
 
+def padded_copies(fn, args):
+    """The names of the loop kernels that make padded copies, in the program
+    for fn(*args), checked against the evaluator."""
+    check_compiled(fn, args)
+    module = bridge(fn, *args)
+    optimize_as_configured(module)
+    return [s.name for s in leaf_steps(lower(module, CPU).steps)
+            if isinstance(s, LoopKernel) and s.name.startswith("pad_")]
+
+
+def test_a_filter_gradient_reads_the_padded_copy_its_forward_made():
+    # SAME, stride 1: the forward and the filter gradient pad x alike; the input
+    # gradient pads the output gradient.
+    copies = padded_copies(conv_and_grads(1, "SAME"), CASES["same_padding"][1])
+    assert len(copies) == 2 and not any("BackpropFilter" in c for c in copies)
+    # Two convolutions of one input: a copy per padding.
+    def two_convolutions(x, w, v):
+        return tf.nn.conv2d(x, w, 1, "SAME"), tf.nn.conv2d(x, v, 1, "SAME")
+    x = rand(2, 6, 7, 4)
+    assert len(padded_copies(two_convolutions, (x, rand(3, 3, 4, 5), rand(3, 3, 4, 6)))) == 1
+    assert len(padded_copies(two_convolutions, (x, rand(3, 3, 4, 5), rand(5, 5, 4, 6)))) == 2
+
+
 def dense_reshape_conv1d_gradient(x, w1, w2):
     # Dense(16, relu) -> Reshape((16, 1)) -> Conv1D: the input gradient's
     # convolution has one feature, and the relu gradient reads it reshaped.
