@@ -421,7 +421,7 @@ class CompiledStep:
             if unordered and digest != compiled_before:
                 raise NotCached("the step's graph is not the one compiled before")
             program = build_program(fg, self.backend, self.max_shapes, self.events, self.race,
-                                    only_cached)
+                                    only_cached, digest)
         except UnsupportedGraph as e:     # the whole step runs as TensorFlow traced it
             warn(f"kerasjit: {self.name} runs in TensorFlow: {e}")
             return self._in_tensorflow(trace, str(e))

@@ -97,14 +97,30 @@ def _makes_strings(op):
 def subgraph_function(nodes, library, inputs, outputs):
     """A Python function of `inputs` tensors computing `outputs` via `nodes`,
     and a digest of all that decides it (the bridge's cache key, with the specs)."""
+    graph_def = _graph_def(nodes, library)
+    return (_importing(lambda: graph_def, inputs, outputs),
+            graph_digest(nodes, inputs, outputs, graph_def.library))
+
+
+def lazy_subgraph_function(make_nodes, library, inputs, outputs):
+    """subgraph_function's function alone, its graph made from make_nodes() when
+    first called: a cluster whose HLO is in the compile cache may never be."""
+    return _importing(functools.cache(lambda: _graph_def(make_nodes(), library)), inputs,
+                      outputs)
+
+
+def _graph_def(nodes, library):
     graph_def = graph_pb2.GraphDef()
     graph_def.node.extend(nodes)
     graph_def.library.CopyFrom(library_for(nodes, library))
+    return graph_def
 
+
+def _importing(graph_def, inputs, outputs):
     def run(*args):
         return tf.graph_util.import_graph_def(
-            graph_def, input_map=dict(zip(inputs, args)), return_elements=outputs, name="")
-    return run, graph_digest(nodes, inputs, outputs, graph_def.library)
+            graph_def(), input_map=dict(zip(inputs, args)), return_elements=outputs, name="")
+    return run
 
 
 def literals_from_proto(serialized):

@@ -7,10 +7,14 @@ every compiled cluster is accepted.
 """
 
 import functools
+import hashlib
+import json
+import os
 
 import numpy as np
 import tensorflow as tf
 
+from ..backends.cpu import cache
 from ..cancel import checkpoint
 from ..errors import NotCached, warn
 from ..hlo.gemm import dot_layout
@@ -44,23 +48,26 @@ def _tensorflow_may_win(specializer, target):
 
 
 class Planner:
-    def __init__(self, fg, backend, cap=8, events=None, race=True, only_cached=False):
+    def __init__(self, fg, backend, cap=8, events=None, race=True, only_cached=False,
+                 digest=None):
         self.fg, self.backend, self.cap, self.events = fg, backend, cap, events
+        self.digest = digest              # fg.digest(), if known: the key of its kept plan
         self.only_cached = only_cached    # while planning: NotCached where the cache has no code
         self.race = race and backend.races_tensorflow
         self.by_name = {n.name: n for n in fg.nodes}
         self.sources = {n.name for n in fg.nodes if n.op in _SOURCE_OPS}
         self.consts = {n.name for n in fg.nodes if n.op == "Const"}
         self.rejected = {}            # node name -> reason
-        self.readers = {}             # tensor name -> names of the nodes reading it
-        for n in fg.nodes:
+
+    @functools.cached_property
+    def readers(self):
+        """Tensor name -> names of the nodes reading it (a replayed plan needs none)."""
+        readers = {}
+        for n in self.fg.nodes:
             for t in n.input:
                 if not t.startswith("^"):
-                    self.readers.setdefault(tensor_name(t), set()).add(n.name)
-        self.modules = {}             # cluster id -> first compiled Module
-        self.made_by = {}             # node name -> its output tensors (as traced)
-        for t in fg.specs:
-            self.made_by.setdefault(node_name(t), []).append(t)
+                    readers.setdefault(tensor_name(t), set()).add(n.name)
+        return readers
 
     def _partition(self):
         nodes = []
@@ -157,67 +164,126 @@ class Planner:
         return compile_for
 
     def plan(self):
-        while True:
+        runs = self._replayed()
+        while runs is None:
             runs = self._try_plan()
-            if runs is not None:
-                self.only_cached = False     # (shapes met at run time compile as usual)
-                return runs
+        self.only_cached = False     # (shapes met at run time compile as usual)
+        return runs
 
     def _try_plan(self):
         """ClusterRuns, or None when the bridge rejected a node (partition again)."""
-        runs = []
+        runs, record = [], []
         for cluster in self._partition():
             members = cluster.nodes
             inputs, outputs = self._boundary(members)
             fn, digest = bridge.subgraph_function(self._nodes_for(members), self.fg.library,
                                                   inputs, outputs)
-            ops = [(m, self.by_name[m].op) for m in members]
-            run = ClusterRun(cluster.kind, ops, inputs, outputs, cluster.reason,
-                             tf_function=tf.function(fn, autograph=False))
+            if cluster.kind == "compiled":
+                opaque = self._opaque_edges(members, inputs, outputs)
+                if opaque:
+                    self.rejected.update(opaque)
+                    return None
+            donations = self._donations(members, inputs, outputs)
+            run = self._cluster_run(cluster.kind, members, inputs, outputs, cluster.reason, fn,
+                                    digest, donations)
+            if run is None:
+                return None
             runs.append(run)
-            if cluster.kind != "compiled":
-                continue
-            opaque = self._opaque_edges(members, inputs, outputs)
-            if opaque:
-                self.rejected.update(opaque)
-                return None
-            name = f"'{members[0]}' ({len(members)} ops)"
-            hlo_fn = functools.partial(bridge.cached_hlo_module, fn, digest)
-            run.specializer = Specializer(
-                self._compile_fn(hlo_fn, self._donations(members, inputs, outputs)),
-                name, self.cap, self.events, hlo_fn=hlo_fn)
-            if self.race and any(op.startswith(_RACED_OPS) for _, op in ops):
-                run.race = Race(name, functools.partial(_tensorflow_may_win, run.specializer,
-                                                        self.backend.target))
-            specs = self._input_specs(inputs)
-            if specs is None:             # shapes known only at run time
-                continue
-            try:
-                run.specializer.compile(tuple((tuple(s.shape), np.dtype(s.dtype.as_numpy_dtype))
-                                              for s in specs))
-            except bridge.BridgeRejected as e:
-                named = [n for n in e.nodes if n in self.by_name]
-                if not named:             # nothing to move out: keep it all in TF
-                    run.kind, run.reason = "tensorflow", e.message
-                    continue
-                self.rejected.update((n, e.message) for n in named)
-                return None
-            except NotCached:
-                raise
-            except Exception as e:        # our compiler's limits: TF runs it, we say why
-                warn(f"kerasjit: a cluster of {len(members)} ops runs in TensorFlow: "
-                     f"{e}")
-                run.kind, run.reason, run.specializer = "tensorflow", str(e).split("\n")[0], None
+            # (a cluster the bridge left whole to TensorFlow stays there; one our
+            # compiler failed on is tried again)
+            by_bridge = run.kind != cluster.kind and run.specializer is not None
+            record.append((run.kind if by_bridge else cluster.kind, members, inputs, outputs,
+                           run.reason if by_bridge else cluster.reason, digest, donations))
+        self._remember(record)
         return runs
 
+    def _cluster_run(self, kind, members, inputs, outputs, reason, fn, digest, donations):
+        """The ClusterRun of a cluster, its code compiled where the shapes it reads
+        are static; None where the bridge rejected one of its nodes."""
+        ops = [(m, self.by_name[m].op) for m in members]
+        run = ClusterRun(kind, ops, inputs, outputs, reason,
+                         tf_function=tf.function(fn, autograph=False))
+        if kind != "compiled":
+            return run
+        name = f"'{members[0]}' ({len(members)} ops)"
+        hlo_fn = functools.partial(bridge.cached_hlo_module, fn, digest)
+        run.specializer = Specializer(self._compile_fn(hlo_fn, donations), name, self.cap,
+                                      self.events, hlo_fn=hlo_fn)
+        if self.race and any(op.startswith(_RACED_OPS) for _, op in ops):
+            run.race = Race(name, functools.partial(_tensorflow_may_win, run.specializer,
+                                                    self.backend.target))
+        specs = self._input_specs(inputs)
+        if specs is None:             # shapes known only at run time
+            return run
+        try:
+            run.specializer.compile(tuple((tuple(s.shape), np.dtype(s.dtype.as_numpy_dtype))
+                                          for s in specs))
+        except bridge.BridgeRejected as e:
+            named = [n for n in e.nodes if n in self.by_name]
+            if not named:             # nothing to move out: keep it all in TF
+                run.kind, run.reason = "tensorflow", e.message
+                return run
+            self.rejected.update((n, e.message) for n in named)
+            return None
+        except NotCached:
+            raise
+        except Exception as e:        # our compiler's limits: TF runs it, we say why
+            warn(f"kerasjit: a cluster of {len(members)} ops runs in TensorFlow: {e}")
+            run.kind, run.reason, run.specializer = "tensorflow", str(e).split("\n")[0], None
+        return run
 
-def build_program(fg, backend, cap=8, events=None, race=True, only_cached=False):
+    # A plan found once (the partition, each cluster's boundary, its graph's digest
+    # and donations: a third of a warm ResNet50 start's own work) is kept in the
+    # compile cache by the step's digest and replayed: nodes and tensors by position.
+    def _plan_key(self):
+        if self.digest is None:
+            return None
+        return "plan-" + hashlib.sha256(repr((
+            self.digest, cache.compiler_fingerprint(), tf.__version__,
+            os.environ.get("TF_XLA_FLAGS"), os.environ.get("XLA_FLAGS"))).encode()).hexdigest()
+
+    def _remember(self, record):
+        key = self._plan_key()
+        if key is None:
+            return
+        position = {n.name: i for i, n in enumerate(self.fg.nodes)}
+
+        def at(t):
+            name, _, port = t.partition(":")
+            return position[name], int(port or 0)
+        cache.store_text(key, json.dumps([
+            (kind, [position[m] for m in members], [at(t) for t in inputs],
+             [at(t) for t in outputs], reason, digest, sorted(donations.items()))
+            for kind, members, inputs, outputs, reason, digest, donations in record]))
+
+    def _replayed(self):
+        """The ClusterRuns of the plan kept for this graph, else None."""
+        key = self._plan_key()
+        text = key and cache.load_text(key)
+        if not text:
+            return None
+        names = [n.name for n in self.fg.nodes]
+        runs = []
+        for kind, members, inputs, outputs, reason, digest, donations in json.loads(text):
+            members = [names[i] for i in members]
+            inputs, outputs = ([f"{names[i]}:{port}" for i, port in ts] for ts in (inputs, outputs))
+            fn = bridge.lazy_subgraph_function(functools.partial(self._nodes_for, members),
+                                               self.fg.library, inputs, outputs)
+            run = self._cluster_run(kind, members, inputs, outputs, reason, fn, digest,
+                                    dict(donations))
+            if run is None:
+                return None
+            runs.append(run)
+        return runs
+
+def build_program(fg, backend, cap=8, events=None, race=True, only_cached=False, digest=None):
     """Program for `fg`; run-time compiles are appended to `events`. With `race`
     (and a backend that races), each compiled cluster with an op of
     _RACED_OPS is timed against TensorFlow on its first calls and the
     faster one keeps it. `only_cached`: NotCached unless every compiled
-    cluster's optimised HLO and code come from the compile cache."""
-    planner = Planner(fg, backend, cap, events, race, only_cached)
+    cluster's optimised HLO and code come from the compile cache. `digest`:
+    fg.digest(), under which the plan is kept for the next process."""
+    planner = Planner(fg, backend, cap, events, race, only_cached, digest)
     clusters = planner.plan()
     constants = dict(fg.resources)
     for t in fg.outputs + list(fg.state_outputs.values()):

@@ -10,6 +10,7 @@ import tensorflow as tf
 import kerasjit
 from kerasjit import workloads
 from kerasjit.frontend import functional
+from kerasjit.frontend.plan import Planner
 from kerasjit.step import CompiledStep
 
 from tests.fuzz.fuzz_keras import compare
@@ -122,6 +123,32 @@ def test_py_function_strings_and_one_arg_where_run_in_tensorflow():
     reasons = " ".join(c.reason for c in kerasjit.explain(jitted, x).clusters)
     for why in ("py_function", "string", "tf.where"):
         assert why in reasons
+
+
+def test_the_next_step_of_the_same_graph_replays_the_kept_plan(compile_cache_dir, monkeypatch):
+    """A plan (the partition, where the bridge moved nodes to TensorFlow, each
+    cluster's boundary) is kept in the compile cache by the graph's digest: a
+    step of the same graph, in this process or a later one, takes it without
+    partitioning and computes the same."""
+    def f(x):
+        positive = tf.cast(tf.shape(tf.where(x > 0.5))[0], tf.float32)
+        return tf.reduce_sum(tf.tanh(x) * 2.0) + positive, tf.strings.as_string(positive)
+    x = np.linspace(0, 1, 10, dtype=np.float32)
+
+    def clusters(jitted):
+        return [(c.kind, c.reason, c.ops, c.hlo) for c in kerasjit.explain(jitted, x).clusters]
+    first = kerasjit.jit(f, backend="reference")
+    value, label = first(x)
+    assert list(compile_cache_dir.glob("plan-*.kjt"))
+
+    def partitioned(planner):
+        raise AssertionError("partitioned again")
+    monkeypatch.setattr(Planner, "_partition", partitioned)
+    again = kerasjit.jit(f, backend="reference")
+    replayed_value, replayed_label = again(x)
+    assert replayed_value == value and replayed_label == label
+    assert clusters(again) == clusters(first)
+    assert {kind for kind, *_ in clusters(again)} == {"compiled", "tensorflow"}
 
 
 def test_runtime_shapes_are_specialised_up_to_a_cap_then_stay_in_tensorflow():
