@@ -7,6 +7,7 @@ settled compiled cluster straight through its executable, the per-step
 lookups done once). Variables are read before and written after every call,
 so whoever looks at them between calls sees the compiled state.
 """
+import contextlib
 import hashlib
 import os
 import sys
@@ -25,6 +26,7 @@ from .errors import NotCached, warn
 from .frontend.functional import UnsupportedGraph, functionalize
 from .frontend.bridge import traced_for_xla
 from .frontend.plan import build_program, whole_step_in_tensorflow
+from .frontend.trace_constants import interned_constants
 from .frontend.row_wise import RowWiseProof
 from .arrays import Rows, gathered
 from .runtime.state import VariableState
@@ -384,7 +386,10 @@ class CompiledStep:
             def pure(*args):
                 it = iter(args)
                 full = [None if i in holes else next(it) for i in range(len(flat))]
-                with traced_for_xla():
+                # (one device: where an interned constant is placed does not matter)
+                interning = contextlib.nullcontext() if tf.distribute.has_strategy() \
+                    else interned_constants()
+                with traced_for_xla(), interning:
                     out = self.fn(*tf.nest.pack_sequence_as(structure, full))
                 out_structure.append(out)
                 return [t for t in tf.nest.flatten(out) if t is not None]

@@ -3,7 +3,8 @@
 Nodes that can never compile are known up front (bridge.static_reason);
 others are found by asking the bridge for each compiled cluster's HLO: a
 rejected node moves to TensorFlow and the graph is partitioned again, until
-every compiled cluster is accepted.
+every compiled cluster is accepted. The plan found is kept in the compile
+cache by the graph's digest: the next step of the same graph replays it.
 """
 
 import functools
@@ -183,7 +184,8 @@ class Planner:
                 if opaque:
                     self.rejected.update(opaque)
                     return None
-            donations = self._donations(members, inputs, outputs)
+            donations = self._donations(members, inputs, outputs) \
+                if cluster.kind == "compiled" else {}
             run = self._cluster_run(cluster.kind, members, inputs, outputs, cluster.reason, fn,
                                     digest, donations)
             if run is None:
