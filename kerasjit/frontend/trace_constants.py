@@ -17,7 +17,9 @@ from tensorflow.python.framework import ops
 
 _NUMBERS = (int, float, bool)
 _LONGEST = 16       # a list longer than a shape or an axis list is rarely met twice
-_made = ops._create_graph_constant
+# Where TensorFlow's constant() and convert_to_tensor() make graph constants
+# (a TensorFlow without this function makes every constant anew).
+_made = getattr(ops, "_create_graph_constant", None)
 _trace = threading.local()      # .constants: (graph, context, value key, ...) -> Tensor
 
 
@@ -59,5 +61,5 @@ def _constant(value, dtype, shape, name, verify_shape, allow_broadcast):
     return _made(value, dtype, shape, name, verify_shape, allow_broadcast)
 
 
-# TensorFlow's constant() and convert_to_tensor() make graph constants here.
-ops._create_graph_constant = _constant
+if _made is not None:
+    ops._create_graph_constant = _constant
