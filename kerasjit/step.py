@@ -7,7 +7,6 @@ settled compiled cluster straight through its executable, the per-step
 lookups done once). Variables are read before and written after every call,
 so whoever looks at them between calls sees the compiled state.
 """
-import contextlib
 import hashlib
 import os
 import sys
@@ -386,10 +385,7 @@ class CompiledStep:
             def pure(*args):
                 it = iter(args)
                 full = [None if i in holes else next(it) for i in range(len(flat))]
-                # (one device: where an interned constant is placed does not matter)
-                interning = contextlib.nullcontext() if tf.distribute.has_strategy() \
-                    else interned_constants()
-                with traced_for_xla(), interning:
+                with traced_for_xla(), interned_constants():
                     out = self.fn(*tf.nest.pack_sequence_as(structure, full))
                 out_structure.append(out)
                 return [t for t in tf.nest.flatten(out) if t is not None]

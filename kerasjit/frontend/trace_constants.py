@@ -5,10 +5,9 @@ Adam makes eight for each weight, a layer a shape list per reshape, and
 TensorFlow spends as long on a Const node as on any other op (ResNet50's
 train step: 3,200 of its 14,500 nodes, ~15% of its trace). Within a trace
 (interned_constants), a scalar or short list of Python numbers that the same
-graph already holds as a constant, made in the same control-flow context and
-outside any control dependency, is that constant. Where it is placed does
-not matter: kerasjit interns only under the default distribution strategy,
-whose variables all live on one device.
+graph already holds as a constant, made in the same control-flow context,
+under the same device scope (a mirrored strategy's replicas each keep their
+own) and outside any control dependency, is that constant.
 """
 import contextlib
 import threading
@@ -53,7 +52,9 @@ def _constant(value, dtype, shape, name, verify_shape, allow_broadcast):
     if key:
         graph = ops.get_default_graph()
         if not graph._control_dependencies_stack:   # (such a Const waits for them)
-            key = (graph, id(graph._control_flow_context), key, dtype, verify_shape,
+            devices = tuple(getattr(d, "display_name", repr(d))
+                            for d in graph._device_function_stack.peek_objs())
+            key = (graph, id(graph._control_flow_context), devices, key, dtype, verify_shape,
                    allow_broadcast)
             if key not in constants:
                 constants[key] = _made(value, dtype, shape, name, verify_shape, allow_broadcast)

@@ -62,6 +62,18 @@ def test_outside_the_block_and_in_another_graph_each_use_makes_its_own():
     assert outer.graph is graph and inner.graph is not graph
 
 
+def test_each_device_scope_keeps_its_own():
+    made = []
+
+    def fn():
+        for device in ("/cpu:0", "/cpu:0", None):
+            with tf.device(device):
+                made.append(tf.constant(0.25))
+        return made[0]
+    traced(fn)
+    assert made[0] is made[1] and made[2] is not made[0]
+
+
 def test_adams_update_of_many_weights_holds_each_hyperparameter_once():
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(2)])
     optimizer = keras.optimizers.Adam(beta_1=0.85)
