@@ -158,7 +158,7 @@ def cached_hlo_module(fn, digest, specs, optimized, only_cached=False):
     most of a warm start's compile. With KERASJIT_DEBUG or KERASJIT_DUMP_DIR
     the passes always run (to check or show them). `only_cached`: NotCached
     unless the optimised module comes from the cache."""
-    key = _bridge_key(digest, specs)
+    key = bridge_key(digest, specs)
     if not optimized:
         return _cached_module(key) or _stored(key, hlo_module(fn, *specs))
     passes = " ".join(p.__name__ for p in configured_passes())
@@ -204,9 +204,10 @@ class _StoredModule:
         return getattr(self.parsed, name)
 
 
-def _bridge_key(digest, specs):
-    """What decides the bridge's HLO of a graph: its digest, the specs, the
-    TensorFlow version, XLA's flags and the devices."""
+def bridge_key(digest, specs=()):
+    """What decides the bridge's HLO of a graph (and so which of its nodes it
+    rejects): its digest, the specs, the TensorFlow version, XLA's flags and
+    the devices."""
     key = hashlib.sha256(repr((digest, [(tuple(s.shape), s.dtype.name) for s in specs],
                                tf.__version__, os.environ.get("TF_XLA_FLAGS"),
                                os.environ.get("XLA_FLAGS"),

@@ -10,7 +10,6 @@ cache by the graph's digest: the next step of the same graph replays it.
 import functools
 import hashlib
 import json
-import os
 
 import numpy as np
 import tensorflow as tf
@@ -179,13 +178,13 @@ class Planner:
             inputs, outputs = self._boundary(members)
             fn, digest = bridge.subgraph_function(self._nodes_for(members), self.fg.library,
                                                   inputs, outputs)
+            donations = {}
             if cluster.kind == "compiled":
                 opaque = self._opaque_edges(members, inputs, outputs)
                 if opaque:
                     self.rejected.update(opaque)
                     return None
-            donations = self._donations(members, inputs, outputs) \
-                if cluster.kind == "compiled" else {}
+                donations = self._donations(members, inputs, outputs)
             run = self._cluster_run(cluster.kind, members, inputs, outputs, cluster.reason, fn,
                                     digest, donations)
             if run is None:
@@ -240,9 +239,8 @@ class Planner:
     def _plan_key(self):
         if self.digest is None:
             return None
-        return "plan-" + hashlib.sha256(repr((
-            self.digest, cache.compiler_fingerprint(), tf.__version__,
-            os.environ.get("TF_XLA_FLAGS"), os.environ.get("XLA_FLAGS"))).encode()).hexdigest()
+        return "plan-" + hashlib.sha256(
+            f"{bridge.bridge_key(self.digest)}\n{cache.compiler_fingerprint()}".encode()).hexdigest()
 
     def _remember(self, record):
         key = self._plan_key()
