@@ -25,7 +25,7 @@ from .errors import NotCached, warn
 from .frontend.functional import UnsupportedGraph, functionalize
 from .frontend.bridge import traced_for_xla
 from .frontend.plan import build_program, whole_step_in_tensorflow
-from .frontend.trace_constants import interned_constants
+from .frontend.trace_interning import interned_trace
 from .frontend.row_wise import RowWiseProof
 from .arrays import Rows, gathered
 from .runtime.state import VariableState
@@ -385,7 +385,7 @@ class CompiledStep:
             def pure(*args):
                 it = iter(args)
                 full = [None if i in holes else next(it) for i in range(len(flat))]
-                with traced_for_xla(), interned_constants():
+                with traced_for_xla(), interned_trace():
                     out = self.fn(*tf.nest.pack_sequence_as(structure, full))
                 out_structure.append(out)
                 return [t for t in tf.nest.flatten(out) if t is not None]
