@@ -47,6 +47,16 @@ def _tensorflow_may_win(specializer, target):
                for comp in module.computations for inst in comp.instructions)
 
 
+def _tensorflow_function(fn):
+    """A cluster's function as TensorFlow runs it. TensorFlow counts the traces
+    of every function of one code object together and warns of retracing past
+    five in its last calls: each cluster of a step traces on its first call,
+    as designed, and the warning would tell the user to change their code."""
+    function = tf.function(fn, autograph=False)
+    function._omit_frequent_tracing_warning = True
+    return function
+
+
 class Planner:
     def __init__(self, fg, backend, cap=8, events=None, race=True, only_cached=False,
                  digest=None):
@@ -202,8 +212,7 @@ class Planner:
         """The ClusterRun of a cluster, its code compiled where the shapes it reads
         are static; None where the bridge rejected one of its nodes."""
         ops = [(m, self.by_name[m].op) for m in members]
-        run = ClusterRun(kind, ops, inputs, outputs, reason,
-                         tf_function=tf.function(fn, autograph=False))
+        run = ClusterRun(kind, ops, inputs, outputs, reason, tf_function=_tensorflow_function(fn))
         if kind != "compiled":
             return run
         name = f"'{members[0]}' ({len(members)} ops)"

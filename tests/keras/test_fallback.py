@@ -1,5 +1,6 @@
 """Per-cluster fallback: what the bridge cannot compile runs in TensorFlow."""
 import gc
+import logging
 import warnings
 
 import keras
@@ -149,6 +150,31 @@ def test_the_next_step_of_the_same_graph_replays_the_kept_plan(compile_cache_dir
     assert replayed_value == value and replayed_label == label
     assert clusters(again) == clusters(first)
     assert {kind for kind, *_ in clusters(again)} == {"compiled", "tensorflow"}
+
+
+def test_many_tensorflow_clusters_run_without_tensorflows_retracing_warning():
+    """Each TensorFlow cluster traces on its first call; TensorFlow counts the
+    traces of all functions of one code object together and, past five, would
+    warn the user to change their code."""
+    def f(x):
+        for _ in range(7):
+            count = tf.cast(tf.shape(tf.where(x > 0.5))[0], tf.float32)  # TensorFlow's
+            x = tf.tanh(x) + count                                      # compiled
+        return x
+    x = np.linspace(0, 1, 10, dtype=np.float32)
+    logged = []
+    handler = logging.Handler()
+    handler.emit = lambda record: logged.append(record.getMessage())
+    tf.get_logger().addHandler(handler)
+    try:
+        jitted = kerasjit.jit(f, backend="reference")
+        for _ in range(2):
+            np.testing.assert_allclose(jitted(x), f(x).numpy(), rtol=1e-6)
+    finally:
+        tf.get_logger().removeHandler(handler)
+    kinds = [c.kind for c in kerasjit.explain(jitted, x).clusters]
+    assert kinds.count("tensorflow") >= 7
+    assert not [m for m in logged if "retracing" in m]
 
 
 def test_runtime_shapes_are_specialised_up_to_a_cap_then_stay_in_tensorflow():
