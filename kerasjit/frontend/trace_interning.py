@@ -105,7 +105,7 @@ def _argument_key(value, tensors):
     if value is None or isinstance(value, (str, dtypes.DType)):
         return type(value), value
     if type(value) in _NUMBERS:
-        return type(value), repr(value)
+        return _value_key(value)
     if isinstance(value, (list, tuple)):
         return tuple(_argument_key(v, tensors) for v in value)
     raise _Unkeyable
@@ -153,7 +153,7 @@ def _read_key(scope, memo, keywords):
         if handle.graph is not graph or handle.op.type != "Placeholder":
             return None
         known = memo[("handle", graph, id(given))] = handle, given
-    handle = keywords["resource"] = known[0]
+    handle = known[0]
     return ("read", scope, id(handle), memo.get(("writes", id(handle)), 0),
             keywords.get("dtype"))
 

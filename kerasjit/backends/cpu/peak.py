@@ -22,8 +22,7 @@ from .vector_code import F32
 
 ACCUMULATORS = 12       # FMAs in flight: e.g. 2 units x 4 cycles' latency, and some
 ITERATIONS = 1 << 25    # ~0.05-0.5 s at the peaks in reach
-RUNS = 5
-
+RUNS = 5                # the best of these is the peak
 
 
 def _kernel(lanes):
