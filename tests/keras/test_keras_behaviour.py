@@ -303,3 +303,26 @@ def test_models_with_named_outputs_weighted_losses_and_metrics_train_like_keras(
     assert len(plain_state) == len(wrapped_state)
     for p, w in zip(plain_state, wrapped_state):
         close(p, w)
+
+
+def test_per_output_losses_weigh_a_partial_last_batch_by_its_size():
+    """A named output's loss in `evaluate` is the mean over all samples, the
+    partial last batch counted once per sample, as one batch of all of them
+    gives it. (Plain Keras counts that batch as one sample here: its step,
+    retraced for the new size with the batch dim unknown, has no size to
+    weigh it by; its total loss, which reads the size at run time, agrees.)"""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(50, 6)).astype("float32")
+    y = {"kind": rng.integers(0, 3, 50), "size": rng.normal(size=(50, 1)).astype("float32")}
+    keras.utils.set_random_seed(7)
+    inputs = keras.Input((6,))
+    hidden = keras.layers.Dense(8, activation="relu")(inputs)
+    m = keras.Model(inputs, {"kind": keras.layers.Dense(3, name="kind")(hidden),
+                             "size": keras.layers.Dense(1, name="size")(hidden)})
+    m.compile(optimizer="adam", loss={"kind": "sparse_categorical_crossentropy", "size": "mse"})
+    whole = m.evaluate(x, y, batch_size=50, verbose=0, return_dict=True)
+    kerasjit.wrap(m, backend="cpu", race=False, background=False)
+    batched = m.evaluate(x, y, batch_size=16, verbose=0, return_dict=True)    # 16, 16, 16, 2
+    assert batched.keys() == whole.keys() >= {"kind_loss", "size_loss", "loss"}
+    for key in whole:
+        close(batched[key], whole[key])
