@@ -158,6 +158,47 @@ def test_train_on_batch_leaves_variables_current():
         np.testing.assert_allclose(p, q, atol=1e-6)
 
 
+@pytest.mark.parametrize("calls", [3, 30])    # (30: past the eager reads and writes)
+def test_writes_between_train_on_batch_calls_reach_the_next_step(calls):
+    """Between two calls the step keeps the variables' arrays, unless someone
+    wrote the variable meanwhile: Keras's assign, set_weights, TensorFlow's
+    assign_add on the variable beneath, the optimizer's step count."""
+    plain, wrapped = model(False), model(True)
+    for m in (plain, wrapped):
+        for i in range(calls):
+            m.train_on_batch(X[i % 6 * 16:][:16], Y[i % 6 * 16:][:16])
+            if i % 4 == 1:
+                kernel = m.layers[0].kernel
+                kernel.assign(kernel.numpy() * 0.5)
+            if i % 4 == 2:
+                m.layers[1].bias.value.assign_add(np.full(3, 0.25, np.float32))
+                m.set_weights([w + 0.01 for w in m.get_weights()])
+            if i % 5 == 3:
+                m.optimizer.iterations.assign(1)
+    for p, q in zip(plain.get_weights() + [v.numpy() for v in plain.optimizer.variables],
+                    wrapped.get_weights() + [v.numpy() for v in wrapped.optimizer.variables]):
+        np.testing.assert_allclose(p, q, atol=1e-5)
+
+
+def test_train_on_batch_reuses_the_arrays_of_variables_nobody_wrote():
+    """A loop of train_on_batch calls reads no weight back from TensorFlow:
+    the arrays the step updates stay the step's own (no copy per call)."""
+    m = model(True)
+    store = m._kerasjit.store
+    for i in range(3):
+        m.train_on_batch(X[:16], Y[:16])
+    kernels = {id(v.value): v.value for v in m.trainable_variables if len(v.shape) == 2}
+    arrays = {key: store.values[key] for key in kernels}
+    for i in range(3):
+        m.train_on_batch(X[:16], Y[:16])
+        assert all(store.values[key] is arrays[key] for key in kernels)
+    m.layers[0].kernel.assign(m.layers[0].kernel.numpy())
+    m.train_on_batch(X[:16], Y[:16])
+    first = id(m.layers[0].kernel.value)
+    assert store.values[first] is not arrays[first]
+    assert all(store.values[key] is arrays[key] for key in kernels if key != first)
+
+
 def test_early_stopping_restores_best_weights_like_keras():
     def spies():
         return [keras.callbacks.EarlyStopping(monitor="loss", patience=1,
