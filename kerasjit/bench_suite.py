@@ -21,7 +21,7 @@ class Workload:
     data: object            # data(n) -> (x, y) of n samples
     batch: int
     steps: int              # batches per epoch
-    modes: tuple            # of "fit", "fit_spe", "evaluate", "predict"
+    modes: tuple            # of "fit", "fit_spe", "evaluate", "predict", "train_on_batch"
 
 
 def _images(shape, classes):
@@ -30,15 +30,15 @@ def _images(shape, classes):
 
 def suite(args):
     """The benchmark's workloads by name, sized by its parsed arguments."""
-    everything = ("fit", "fit_spe", "evaluate", "predict")
+    everything = ("fit", "fit_spe", "evaluate", "predict", "train_on_batch")
     return {
         "softmax_regression": Workload(workloads.softmax_regression, _images((784,), 10), 100,
                                        args.softmax_steps, everything),
         "mlp_784_256_10": Workload(lambda jit_compile=False: workloads.mlp(0, jit_compile),
                                    _images((784,), 10), 64, args.steps,
-                                   ("fit", "evaluate", "predict")),
+                                   ("fit", "evaluate", "predict", "train_on_batch")),
         "mnist_cnn": Workload(workloads.mnist_cnn, _images((28, 28, 1), 10), 128,
-                              args.mnist_steps, ("fit", "evaluate", "predict")),
+                              args.mnist_steps, ("fit", "evaluate", "predict", "train_on_batch")),
         "text_cnn": Workload(workloads.text_cnn, lambda n: workloads.token_data(n, 40, 1000), 64,
                              args.steps, ("fit", "evaluate", "predict")),
         "text_transformer": Workload(workloads.text_transformer,
@@ -87,6 +87,9 @@ def runner(mode, model, x, y, batch):
         return lambda: model.fit(x, y, batch_size=batch, epochs=1, verbose=0)
     if mode == "evaluate":
         return lambda: model.evaluate(x, y, batch_size=batch, verbose=0)
+    if mode == "train_on_batch":      # a custom training loop: a call per batch
+        starts = range(0, len(x), batch)
+        return lambda: [model.train_on_batch(x[i:i + batch], y[i:i + batch]) for i in starts]
     return lambda: model.predict(x, batch_size=batch, verbose=0)
 
 

@@ -27,7 +27,8 @@ def test_the_benchmark_times_every_contender_in_every_mode(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     table = pd.read_csv(tmp_path / "benchmark.csv")
     assert sorted(zip(table["mode"], table["contender"])) == sorted(
-        (mode, c) for mode in ("fit", "fit_spe", "evaluate", "predict") for c in bench.CONTENDERS)
+        (mode, c) for mode in ("fit", "fit_spe", "evaluate", "predict", "train_on_batch")
+        for c in bench.CONTENDERS)
     assert (table["ms_per_step"] > 0).all()
     report = (tmp_path / "benchmark.md").read_text()
     assert "Keras on JAX: JAX " in report

@@ -36,23 +36,51 @@ def _buffer(tensor):
 class ResidentStore:
     """Latest values of variables, by identity; `dirty` ones are newer than
     Keras's, `current` ones checked against their variables since the last
-    flush, `held` ones a (tensor, buffer) of what their variable last held."""
+    flush, `held` ones a (tensor, buffer) of what their variable last held.
+
+    A flush writes its variables one eager assignment each its first
+    EAGER_FLUSHES times, then in one call of a concrete function (traced once
+    for those variables: worth it where flushes recur, as in a
+    `train_on_batch` loop; see VariableState)."""
+    EAGER_FLUSHES = 12
 
     def __init__(self):
         self.values, self.dirty, self.current, self.held = {}, {}, set(), {}
+        self.flushes, self.writers = {}, {}     # by the flushed variables' ids
 
     def flush(self):
         """Write newer values to the variables; each value is checked against
         its variable before a step reads it again (a callback may change them)."""
-        for key, (var, value) in self.dirty.items():
-            # A new tensor that the assignment hands to the variable: its buffer is
-            # then the variable's (where TensorFlow copies instead, the next read
+        keys = tuple(self.dirty)
+        if keys:
+            variables = [var for var, _ in self.dirty.values()]
+            # New tensors that the assignments hand to the variables: their buffers
+            # are then the variables' (where TensorFlow copies instead, the next read
             # finds another buffer and reads the value: slower, never stale).
-            tensor = tf.constant(host(value), var.dtype)
-            self.held.pop(key, None)
-            var.assign(tensor, read_value=False)
-            self.held[key] = (tensor, _buffer(tensor))
+            tensors = [tf.constant(host(value), var.dtype) for var, value in self.dirty.values()]
+            for key in keys:
+                self.held.pop(key, None)
+            self.flushes[keys] = self.flushes.get(keys, 0) + 1
+            if self.flushes[keys] > self.EAGER_FLUSHES:
+                tensors = self._writer(keys, variables)(*tensors)
+            else:
+                for var, tensor in zip(variables, tensors):
+                    var.assign(tensor, read_value=False)
+            for key, tensor in zip(keys, tensors):
+                self.held[key] = (tensor, _buffer(tensor))
         self.dirty, self.current = {}, set()
+
+    def _writer(self, keys, variables):
+        """A concrete function assigning `variables` their new values and
+        returning the tensors they then hold."""
+        if keys not in self.writers:
+            def write(*values):
+                for var, value in zip(variables, values):
+                    var.assign(value, read_value=False)
+                return [var.read_value() for var in variables]   # (after the writes)
+            self.writers[keys] = tf.function(write).get_concrete_function(
+                *[tf.TensorSpec(v.shape, v.dtype) for v in variables])
+        return self.writers[keys]
 
     def take(self, variables, tensors):
         """The values of `variables` as arrays, `tensors` their values now (on
