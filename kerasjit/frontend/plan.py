@@ -310,7 +310,7 @@ def whole_step_in_tensorflow(concrete, reason, store=None):
     compiled steps keep) is written back before each call, and forgotten."""
     def run(*args):
         if store is not None:
-            store.flush()
+            store.hand_over()
         return concrete(*args)
     nodes = concrete.graph.as_graph_def().node
     inputs = [t.name for t in concrete.inputs[:len(concrete.inputs)
