@@ -248,12 +248,12 @@ def write_reports(rows, out_dir, command, name="benchmark", backend="auto", busy
              "calls. A round is one call: an epoch of `fit` with default arguments "
              "(shuffled), the same with `steps_per_execution` (`fit_spe`), `evaluate` or "
              "`predict` over the same data, or a loop of `train_on_batch` calls, one per "
-             "batch (`train_on_batch`, as a custom training loop runs). `compile s`, measured before the rounds on calls "
-             "of a few batches (2, or one execution of `fit_spe`): a model's first call "
-             "minus its next ones, with kerasjit's compile cache empty; `cached` = the same "
-             "for a new copy of the model afterwards, its native code from the cache (as on "
-             "every run after a model's first). RSS growth: over that first call, in the "
-             "contender's process.", "",
+             "batch (`train_on_batch`, as a custom training loop runs). `compile s`, "
+             "measured before the rounds on calls of a few batches (2, or one execution of "
+             "`fit_spe`): a model's first call minus its next ones, with kerasjit's compile "
+             "cache empty; `cached` = the same for a new copy of the model afterwards, its "
+             "native code from the cache (as on every run after a model's first). RSS "
+             "growth: over that first call, in the contender's process.", "",
              "| model | mode | contender | ms/step | speedup vs Keras | compile s "
              "| cached | first-call RSS growth MB |",
              "|---|---|---|---:|---:|---:|---:|---:|"]

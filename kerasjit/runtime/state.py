@@ -21,6 +21,15 @@ import tensorflow as tf
 
 from ..arrays import host
 
+# Concrete functions: cheaper per call than per-variable eager ops or a
+# polymorphic tf.function (reports/tuning-measurements.md), once traced: the
+# trace and first call cost ~1.8 ms a variable, an eager read ~0.14 ms
+# (ResNet50: 0.6 s against 0.05 s at the start of training). So the first
+# EAGER_CALLS reads of a step's variables, and writes of a store's, are eager
+# (one a fit, epoch or flush), and only those made more often (variables
+# flushed every batch, a `train_on_batch` loop) get a function.
+EAGER_CALLS = 12
+
 
 def _buffer(tensor):
     """Where `tensor`'s data lies, or None where that cannot be told without
@@ -36,13 +45,7 @@ def _buffer(tensor):
 class ResidentStore:
     """Latest values of variables, by identity; `dirty` ones are newer than
     Keras's, `current` ones checked against their variables since the last
-    flush, `held` ones a (tensor, buffer) of what their variable last held.
-
-    A flush writes its variables one eager assignment each its first
-    EAGER_FLUSHES times, then in one call of a concrete function (traced once
-    for those variables: worth it where flushes recur, as in a
-    `train_on_batch` loop; see VariableState)."""
-    EAGER_FLUSHES = 12
+    flush, `held` ones a (tensor, buffer) of what their variable last held."""
 
     def __init__(self):
         self.values, self.dirty, self.current, self.held = {}, {}, set(), {}
@@ -58,9 +61,10 @@ class ResidentStore:
             for key in keys:
                 self.held.pop(key, None)
             self.flushes[keys] = self.flushes.get(keys, 0) + 1
-            if self.flushes[keys] > self.EAGER_FLUSHES:
-                writer = self._writer(keys, variables)
-                tensors = writer(*writer.arguments(values))
+            if self.flushes[keys] > EAGER_CALLS:
+                if keys not in self.writers:
+                    self.writers[keys] = _Writer(variables)
+                tensors = self.writers[keys](values)
             else:
                 # New tensors that the assignments hand to the variables: their
                 # buffers are then the variables' (where TensorFlow copies instead,
@@ -82,11 +86,6 @@ class ResidentStore:
         self.flush()
         self.values, self.held = {}, {}
 
-    def _writer(self, keys, variables):
-        if keys not in self.writers:
-            self.writers[keys] = _Writer(variables)
-        return self.writers[keys]
-
     def take(self, variables, tensors):
         """The values of `variables` as arrays, `tensors` their values now (on
         the variables' buffers): a held buffer's array without a copy."""
@@ -94,7 +93,7 @@ class ResidentStore:
         for var, tensor in zip(variables, tensors):
             key, buffer = id(var), _buffer(tensor)
             held = self.held.get(key)
-            if buffer is None or held is None or held[1] != buffer or key not in self.values:
+            if buffer is None or held is None or held[1] != buffer:
                 # Arrays, also for scalars (numpy gives those as immutable scalars): an
                 # executable binds an array once and recognises it on later steps.
                 self.values[key] = np.asarray(tensor.numpy())
@@ -135,27 +134,16 @@ class _Writer:
         self.function = tf.function(write).get_concrete_function(*specs)
         self.dtypes = list(self.packs) + [variables[i].dtype for i in self.alone]
 
-    def arguments(self, values):
-        """The function's arguments for the variables' new `values`."""
+    def __call__(self, values):
+        """Write the variables' new `values`; the tensors they then hold."""
         flat = [np.concatenate([np.ravel(host(values[i])) for i in members])
                 for members in self.packs.values()] + [host(values[i]) for i in self.alone]
-        return [tf.constant(a, dtype) for a, dtype in zip(flat, self.dtypes)]
-
-    def __call__(self, *arguments):
-        return self.function(*arguments)
+        return self.function(*[tf.constant(a, dtype) for a, dtype in zip(flat, self.dtypes)])
 
 
 class VariableState:
     """Reads and writes one step's variables: through a ResidentStore when
-    given one, else in one TensorFlow call each way.
-
-    Concrete functions: cheaper per call than per-variable eager ops or a
-    polymorphic tf.function (reports/tuning-measurements.md), once traced:
-    its trace and first call cost ~1.8 ms a variable, an eager read ~0.14 ms
-    (ResNet50: 0.6 s against 0.05 s at the start of training). So a step's
-    first EAGER_READS reads are eager (one a fit, epoch or flush), and only a
-    step read more often (variables flushed every batch) gets the function."""
-    EAGER_READS = 12
+    given one, else in one TensorFlow call each way (EAGER_CALLS)."""
 
     def __init__(self, variables, written, store=None):
         self.variables, self.written, self.store = variables, sorted(written), store
@@ -181,7 +169,7 @@ class VariableState:
         if store is not None and all(id(v) in store.current for v in self.variables):
             return [store.values[id(v)] for v in self.variables]
         self.reads += 1
-        tensors = self._read() if self.reads > self.EAGER_READS and self.variables else \
+        tensors = self._read() if self.reads > EAGER_CALLS and self.variables else \
             [v.value() for v in self.variables]
         if store is not None:
             return store.take(self.variables, tensors)
