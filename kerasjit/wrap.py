@@ -21,6 +21,7 @@ from keras.src.trainers.data_adapters.data_adapter_utils import unpack_x_y_sampl
 from .backends import get_backend
 from .runtime import feed
 from .arrays import gathered
+from .runtime.metric_resets import reset_in_store
 from .runtime.state import ResidentStore
 from .runtime.distribute import (check_strategy, local_batches, multi_worker, replicated,
                                  strategy_of, symbolic_build)
@@ -206,6 +207,26 @@ def _entry(method, model, store):
     return call
 
 
+def _on_batch_entry(method, model, state):
+    """train_on_batch / test_on_batch: Keras resets the metrics right before
+    the step, and that reset goes to the store where it can (metric_resets)."""
+    entry = _entry(method, model, state.store)
+    if state.strategy is not None or "reset_metrics" in vars(model) \
+            or type(model).reset_metrics is not keras.Model.reset_metrics:    # (a model's own)
+        return entry
+
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        if tf.inside_function():
+            return method(*args, **kwargs)
+        model.reset_metrics = functools.partial(reset_in_store, model, state.store)
+        try:
+            return entry(*args, **kwargs)
+        finally:
+            del model.reset_metrics
+    return call
+
+
 def _fit_entry(fit, model, state):
     @functools.wraps(fit)
     def call(*args, callbacks=None, verbose="auto", **kwargs):
@@ -314,6 +335,8 @@ def wrap(model, backend="auto", max_shapes=8, race=True, background=None):
     model.fit = _fit_entry(model.fit, model, state)
     for name in _ENTRIES:
         setattr(model, name, _entry(getattr(model, name), model, state.store))
+    for name in ("train_on_batch", "test_on_batch"):
+        setattr(model, name, _on_batch_entry(state.originals[name], model, state))
     model.get_metrics_result = _metrics_result_entry(model.get_metrics_result, model, state)
     model.make_train_function = make_train_function
     model.make_test_function = make_test_function

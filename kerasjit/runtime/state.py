@@ -91,7 +91,11 @@ class ResidentStore:
         the variables' buffers): a held buffer's array without a copy."""
         values = []
         for var, tensor in zip(variables, tensors):
-            key, buffer = id(var), _buffer(tensor)
+            key = id(var)
+            if key in self.dirty:       # (newer here: set since the flush)
+                values.append(self.values[key])
+                continue
+            buffer = _buffer(tensor)
             held = self.held.get(key)
             if buffer is None or held is None or held[1] != buffer:
                 # Arrays, also for scalars (numpy gives those as immutable scalars): an
@@ -101,6 +105,14 @@ class ResidentStore:
             self.current.add(key)
             values.append(self.values[key])
         return values
+
+    def set_values(self, variables, values):
+        """Newer values of `variables`, for Keras's on the next flush."""
+        for var, value in zip(variables, values):
+            key = id(var)
+            self.values[key] = value
+            self.dirty[key] = (var, value)
+            self.current.add(key)
 
 
 class _Writer:
@@ -180,8 +192,5 @@ class VariableState:
             if self._write:
                 self._write(*[tf.constant(host(values[i])) for i in self.written])
             return
-        for i in self.written:
-            var = self.variables[i]
-            self.store.values[id(var)] = values[i]
-            self.store.dirty[id(var)] = (var, values[i])
-            self.store.current.add(id(var))
+        self.store.set_values([self.variables[i] for i in self.written],
+                              [values[i] for i in self.written])

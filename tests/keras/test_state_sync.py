@@ -207,3 +207,53 @@ def test_early_stopping_restores_best_weights_like_keras():
     assert len(ha.history["loss"]) == len(hb.history["loss"])
     for p, q in zip(plain.get_weights(), wrapped.get_weights()):
         np.testing.assert_allclose(p, q, atol=1e-6)
+
+
+class Countdown(keras.metrics.Metric):
+    """A metric whose reset is its own: it starts from 10, not from zero."""
+
+    def __init__(self, name="countdown"):
+        super().__init__(name=name)
+        self.left = self.add_variable(shape=(), initializer="zeros", name="left")
+        self.reset_state()
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        self.left.assign_sub(1.0)
+
+    def reset_state(self):
+        self.left.assign(10.0)
+
+    def result(self):
+        return self.left
+
+
+@pytest.mark.parametrize("calls", [3, 20])    # (20: past the eager writes)
+def test_on_batch_calls_reset_the_metrics_before_each_step(calls):
+    """train_on_batch and test_on_batch report each batch's metrics alone, as
+    plain Keras does: Keras's zeroing resets (accuracy, the loss tracker, true
+    positives, a sum) and a metric's own reset alike, and the metric variables
+    hold that batch's state once the call returns."""
+    def build(wrapped):
+        keras.utils.set_random_seed(5)
+        m = keras.Sequential([keras.Input((20,)), keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dense(3, activation="softmax")])
+        m.compile(optimizer="adam", loss="categorical_crossentropy",
+                  metrics=["accuracy", keras.metrics.TruePositives(), keras.metrics.AUC(),
+                           Countdown()])
+        return kerasjit.wrap(m, backend="cpu") if wrapped else m
+    logs, states = [], []
+    for wrapped in (False, True):
+        m, seen = build(wrapped), []
+        for i in range(calls):
+            batch = X[i % 6 * 16:][:16], Y[i % 6 * 16:][:16]
+            seen.append(m.train_on_batch(*batch))
+            seen.append(m.test_on_batch(*batch))
+            if i == 1:      # a user's reset between calls reaches Keras's variables
+                m.reset_metrics()
+                seen.append([v.numpy() for v in m.metrics[1].variables])
+        logs.append(seen)
+        states.append([v.numpy() for metric in m.metrics for v in metric.variables])
+    for p, q in zip(*logs):
+        np.testing.assert_allclose(np.hstack(p), np.hstack(q), rtol=1e-5, atol=1e-6)
+    for p, q in zip(*states):
+        np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
