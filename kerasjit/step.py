@@ -28,6 +28,7 @@ from .frontend.plan import build_program, whole_step_in_tensorflow
 from .frontend.trace_interning import interned_trace
 from .frontend.row_wise import RowWiseProof
 from .arrays import Rows, gathered
+from .runtime.race import BACKGROUND_COMPILES
 from .runtime.state import VariableState
 
 # tf.function's attribute for a trace without automatic control dependencies
@@ -243,7 +244,8 @@ class _Compiling:
         def work():
             _yield_to_training()
             try:
-                self.run = build()
+                with BACKGROUND_COMPILES.one():
+                    self.run = build()
             except CompileCancelled:    # (the program is ending: nobody waits for it)
                 return
             except Exception as e:      # a compiler failure must not kill training
@@ -315,13 +317,16 @@ class _Verdict:
         if key is not None:
             compile_cache.store_text(key, self.kept)
 
-    def timed(self, run, seconds):
-        """The run to keep once decided, else None."""
+    def timed(self, run, seconds, quiet):
+        """The run to keep once decided, else None. `quiet`: no compile ran
+        beside the call (else it is timed again: race.BACKGROUND_COMPILES)."""
         turn = self.turns[self.calls]
         if turn == "compiled" and any(c.race is not None and c.race.winner is None
                                       for c in run.program.clusters):
             return None         # (its clusters' races still run: the compiled step again)
         if self.calls not in (0, self.CALLS + 1):
+            if not quiet:
+                return None
             self.times[turn].append(seconds)
         self.calls += 1
         if self.calls < len(self.turns):
@@ -553,13 +558,14 @@ class CompiledStep:
         return max((seconds for _, seconds, what, *_ in self.events
                     if what.startswith(f"{self.name}:")), default=0.0)
 
-    def _timed(self, key, run, seconds):
+    def _timed(self, key, run, seconds, quiet):
         """A step's time: counted where TensorFlow runs a signature not compiled,
-        compared where the two tiers of its signature are timed."""
+        compared where the two tiers of its signature are timed (`quiet`: no
+        compile ran beside it)."""
         if run is self.open_programs.get(self._open_key(key)):
             self.tensorflow_seconds[key] = self.tensorflow_seconds.get(key, 0.0) + seconds
         if key in self.verdicts:
-            kept = self.verdicts[key].timed(run, seconds)
+            kept = self.verdicts[key].timed(run, seconds, quiet)
             if kept is not None:
                 self.programs[key] = kept
                 verdict = self.verdicts.pop(key)
@@ -695,9 +701,10 @@ class CompiledStep:
 
     def _run_group(self, key, flats, args, keep_all):
         run = self._program(key, flats[0], args)
-        start = time.perf_counter()
+        mark, start = BACKGROUND_COMPILES.mark(), time.perf_counter()
         outputs = self._outputs(run, flats, keep_all)
-        self._timed(key, run, (time.perf_counter() - start) / len(flats))
+        self._timed(key, run, (time.perf_counter() - start) / len(flats),
+                    BACKGROUND_COMPILES.quiet_since(mark))
         return run.pack(outputs)
 
     def _outputs(self, run, flats, keep_all):

@@ -8,6 +8,8 @@ both; TensorFlow takes the cluster over only when clearly faster. Both run
 the same graph, so which one ran a call changes training by float rounding
 at most.
 """
+import contextlib
+import threading
 import time
 
 from ..errors import warn
@@ -21,6 +23,38 @@ MIN_TRIALS, MAX_TRIALS = 3, 8
 # percent on a busy machine, and a wrong switch costs more than it saves.
 MARGIN = 0.8
 BAND = 0.1
+
+
+class _Compiles:
+    """Compiles running beside the training in this process, any model's or
+    step's. A call timed while one ran shared the cores with it, and would
+    let one step's compile decide another's race: no timing counts it."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.running = self.started = 0
+
+    @contextlib.contextmanager
+    def one(self):
+        with self._lock:
+            self.running += 1
+            self.started += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.running -= 1
+
+    def mark(self):
+        """Where the compiles stand, before a timed call."""
+        return self.running, self.started
+
+    def quiet_since(self, mark):
+        """Whether no compile ran at any time since `mark`."""
+        return mark[0] == 0 and self.mark() == mark
+
+
+BACKGROUND_COMPILES = _Compiles()
 
 
 class Race:
@@ -40,13 +74,14 @@ class Race:
             self.winner = "compiled"
             return compiled(args)
         contender = ("compiled", "tensorflow")[self.calls % 2]
-        start = time.perf_counter()
+        mark, start = BACKGROUND_COMPILES.mark(), time.perf_counter()
         outputs = (compiled if contender == "compiled" else tensorflow)(args)
-        if self.calls >= 2:
+        if self.calls >= 2 and BACKGROUND_COMPILES.quiet_since(mark):
             self.times[contender].append(time.perf_counter() - start)
         self.calls += 1
-        trials, rest = divmod(self.calls - 2, 2)
-        if rest == 0 and trials >= MIN_TRIALS and (trials == MAX_TRIALS or self._clear()):
+        trials = min(len(t) for t in self.times.values())
+        if self.calls % 2 == 0 and trials >= MIN_TRIALS and (trials >= MAX_TRIALS
+                                                              or self._clear()):
             self._decide()
         return outputs
 

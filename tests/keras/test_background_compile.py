@@ -305,6 +305,26 @@ def test_a_warm_start_whose_graph_is_not_the_one_compiled_compiles_it_anew(compi
         np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=2e-5)
 
 
+def test_the_step_verdict_counts_no_step_timed_beside_another_compile():
+    """The compiled step is timed against TensorFlow's only while no other
+    compile runs in the process (say another model's, in the background): a
+    verdict made then would be the other compile's doing."""
+    from kerasjit.runtime.race import BACKGROUND_COMPILES
+    x, y = _data(64)
+    model = kerasjit.wrap(_model(), background=True)
+    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[_Watch()])
+    for job in model._kerasjit.train.compiling.values():
+        job.done.wait()
+    with BACKGROUND_COMPILES.one():
+        model.fit(x, y, batch_size=8, epochs=3, shuffle=False, verbose=0)
+    (verdict,) = model._kerasjit.train.verdicts.values()
+    assert verdict.times == {"compiled": [], "tensorflow": []}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # (either tier may win this small step)
+        model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    assert not model._kerasjit.train.verdicts
+
+
 def test_a_warm_start_keeps_the_verdict_of_the_earlier_run(compile_cache_dir):
     """The step verdict (compiled against TensorFlow's whole step) is kept in
     the compile cache with the code: a warm start applies it without timing

@@ -108,6 +108,21 @@ def test_a_near_tie_is_timed_longer_and_decided_by_the_margin(monkeypatch, tenso
     assert cluster.race.winner == winner
 
 
+def test_calls_timed_beside_a_compile_do_not_count(slow_compiled_code):
+    """A compile running beside the training (another model's, another step's)
+    takes cores from whichever contender is timed then: the race counts no
+    such call, and decides on the calls timed after it."""
+    wrapped = model(backend="cpu")
+    with race.BACKGROUND_COMPILES.one():
+        train(wrapped)
+    (cluster,) = clusters(wrapped)
+    assert cluster.race.winner is None and cluster.race.calls > 2 * MIN_TRIALS + 2
+    assert cluster.race.times == {"compiled": [], "tensorflow": []}
+    with pytest.warns(RuntimeWarning, match="now runs in TensorFlow"):
+        train(wrapped)
+    assert cluster.race.winner == "tensorflow" and len(cluster.race.times["compiled"]) == MIN_TRIALS
+
+
 def test_a_batched_matmul_races():
     wrapped = model("batched matmul", backend="cpu")
     train(wrapped, epochs=1)
