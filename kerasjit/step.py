@@ -28,6 +28,7 @@ from .frontend.plan import build_program, whole_step_in_tensorflow
 from .frontend.trace_interning import interned_trace
 from .frontend.row_wise import RowWiseProof
 from .arrays import Rows, gathered
+from .runtime import race
 from .runtime.race import BACKGROUND_COMPILES
 from .runtime.state import VariableState
 
@@ -272,8 +273,9 @@ class _Compiling:
 class _Verdict:
     """After the switch: CALLS + 1 steps compiled (once its clusters' races
     are over), then CALLS + 1 in TensorFlow, the first of each untimed (it
-    moves the variables between Keras and the compiled step's arrays);
-    TensorFlow keeps the step where clearly faster. Both timed alike, after
+    moves the variables between Keras and the compiled step's arrays), and
+    blocks of both again while too close to call; TensorFlow keeps the step
+    where clearly faster. Both timed alike, after
     the compile: TensorFlow's steps during the compile had fewer cores.
     `tensorflow` makes TensorFlow's _Run when first needed (a warm start
     traced the step for the compiler alone)."""
@@ -324,7 +326,7 @@ class _Verdict:
         if turn == "compiled" and any(c.race is not None and c.race.winner is None
                                       for c in run.program.clusters):
             return None         # (its clusters' races still run: the compiled step again)
-        if self.calls not in (0, self.CALLS + 1):
+        if self.calls and self.turns[self.calls - 1] == turn:   # (a block's first: untimed)
             if not quiet:
                 return None
             self.times[turn].append(seconds)
@@ -332,6 +334,12 @@ class _Verdict:
         if self.calls < len(self.turns):
             return None
         ours, theirs = min(self.times["compiled"]), min(self.times["tensorflow"])
+        if abs(theirs / ours - self.MARGIN) <= race.BAND \
+                and len(self.times["compiled"]) < race.MAX_TRIALS:
+            # Too close to call: a block of each again (as a cluster's race does),
+            # or noise would decide the step for this run and the next ones.
+            self.turns += self.turns[:2 * (self.CALLS + 1)]
+            return None
         if theirs >= self.MARGIN * ours:
             self.kept = "compiled"
             return self.runs["compiled"]

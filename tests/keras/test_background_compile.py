@@ -6,6 +6,7 @@ import textwrap
 import threading
 import time
 import warnings
+from types import SimpleNamespace
 
 import keras
 import numpy as np
@@ -351,3 +352,24 @@ def test_a_warm_start_keeps_the_verdict_of_the_earlier_run(compile_cache_dir):
                                             r"\(timed on an earlier run of this code\)"):
         model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
     assert not _compiled_now(model)
+
+
+@pytest.mark.parametrize("tensorflow, kept, blocks", [
+    (0.5, "tensorflow", 1), (2.0, "compiled", 1), (0.85, "tensorflow", 3), (0.95, "compiled", 3)])
+def test_a_step_verdict_too_close_to_call_is_timed_longer(tensorflow, kept, blocks):
+    """The compiled step (1 s a call here) against TensorFlow's: a clear
+    verdict after a block of timed calls of each, a near one (within the
+    races' band of the margin) after more blocks; the margin decides."""
+    compiled = SimpleNamespace(program=SimpleNamespace(clusters=[]))
+    verdict = step_module._Verdict("train_step", compiled, lambda: "tensorflow's run")
+    costs = {"compiled": 1.0, "tensorflow": tensorflow}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for call in range(100):
+            turn = verdict.turns[verdict.calls]
+            kept_run = verdict.timed(verdict.next_run(), costs[turn], quiet=True)
+            if kept_run is not None:
+                break
+    assert verdict.kept == kept
+    assert len(verdict.times["compiled"]) == len(verdict.times["tensorflow"]) \
+        == blocks * step_module._Verdict.CALLS
