@@ -257,3 +257,33 @@ def test_on_batch_calls_reset_the_metrics_before_each_step(calls):
         np.testing.assert_allclose(np.hstack(p), np.hstack(q), rtol=1e-5, atol=1e-6)
     for p, q in zip(*states):
         np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("calls", [3, 20])
+def test_models_sharing_layers_see_each_others_updates(calls):
+    """Two wrapped models with a shared encoder (multi-task, a GAN's generator
+    inside the combined model), trained in turn: each call starts from the
+    encoder as the other model's last call left it, as in plain Keras."""
+    def build(wrapped):
+        keras.utils.set_random_seed(7)
+        encoder = keras.Sequential([keras.Input((20,)), keras.layers.Dense(8, activation="tanh")])
+        heads = []
+        for units, loss in ((3, "categorical_crossentropy"), (1, "mse")):
+            m = keras.Sequential([encoder, keras.layers.Dense(units)])
+            m.compile(optimizer=keras.optimizers.Adam(0.05), loss=loss)
+            heads.append(kerasjit.wrap(m, backend="cpu") if wrapped else m)
+        return encoder, heads
+    results = []
+    for wrapped in (False, True):
+        encoder, (a, b) = build(wrapped)
+        losses = []
+        for i in range(calls):
+            batch = X[i % 6 * 16:][:16]
+            losses.append(a.train_on_batch(batch, Y[i % 6 * 16:][:16]))
+            losses.append(b.train_on_batch(batch, batch[:, :1]))
+        a.fit(X, Y, batch_size=32, epochs=1, verbose=0, shuffle=False)
+        losses.append(b.evaluate(X, X[:, :1], batch_size=32, verbose=0))
+        results.append((losses, encoder.get_weights() + a.get_weights() + b.get_weights()))
+    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-4, atol=1e-5)
+    for p, q in zip(results[0][1], results[1][1]):
+        np.testing.assert_allclose(p, q, rtol=1e-4, atol=1e-5)
