@@ -536,7 +536,8 @@ class CompiledStep:
             self.verdicts[key] = verdict
         elif recorded == "tensorflow":
             warn(f"kerasjit: {self.name} runs in TensorFlow: TensorFlow ran the step "
-                 "faster here (timed on an earlier run of this code)")
+                 "faster here (timed on an earlier run of this code; race=False keeps the "
+                 "compiled step, and an emptied compile cache times the two again)")
             self.programs[key] = verdict.run("tensorflow")
         else:
             self._remember(key, run)

@@ -349,7 +349,7 @@ def test_a_warm_start_keeps_the_verdict_of_the_earlier_run(compile_cache_dir):
     cache.store_text(recorded.stem, "tensorflow")
     model = kerasjit.wrap(_model(), background=True)
     with pytest.warns(RuntimeWarning, match="TensorFlow ran the step faster here "
-                                            r"\(timed on an earlier run of this code\)"):
+                                            r"\(timed on an earlier run of this code; race=False"):
         model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
     assert not _compiled_now(model)
 
