@@ -322,7 +322,7 @@ def test_the_step_verdict_counts_no_step_timed_beside_another_compile():
     assert verdict.times == {"compiled": [], "tensorflow": []}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")     # (either tier may win this small step)
-        model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+        model.fit(x, y, batch_size=8, epochs=4, shuffle=False, verbose=0)    # (>= 24 steps)
     assert not model._kerasjit.train.verdicts
 
 
@@ -333,8 +333,9 @@ def test_a_warm_start_keeps_the_verdict_of_the_earlier_run(compile_cache_dir):
     from kerasjit.backends.cpu import cache
     x, y = _data(64)
     earlier = kerasjit.wrap(_model(), background=True)
-    earlier.fit(x, y, batch_size=8, epochs=3, shuffle=False, verbose=0, callbacks=[_Watch()])
-    assert not earlier._kerasjit.train.verdicts        # (decided in the last 16 steps)
+    earlier.fit(x, y, batch_size=8, epochs=5, shuffle=False, verbose=0, callbacks=[_Watch()])
+    # (decided in the last 32 steps: a near tie takes three blocks of each tier, 24 steps)
+    assert not earlier._kerasjit.train.verdicts
     (recorded,) = compile_cache_dir.glob("verdict-*.kjt")
     kept = cache.load_text(recorded.stem)
     assert kept in ("compiled", "tensorflow")
