@@ -270,7 +270,7 @@ def test_models_sharing_layers_see_each_others_updates(calls):
         heads = []
         for units, loss in ((3, "categorical_crossentropy"), (1, "mse")):
             m = keras.Sequential([encoder, keras.layers.Dense(units)])
-            m.compile(optimizer=keras.optimizers.Adam(0.05), loss=loss)
+            m.compile(optimizer=keras.optimizers.Adam(0.01), loss=loss)
             heads.append(kerasjit.wrap(m, backend="cpu") if wrapped else m)
         return encoder, heads
     results = []
@@ -284,6 +284,8 @@ def test_models_sharing_layers_see_each_others_updates(calls):
         a.fit(X, Y, batch_size=32, epochs=1, verbose=0, shuffle=False)
         losses.append(b.evaluate(X, X[:, :1], batch_size=32, verbose=0))
         results.append((losses, encoder.get_weights() + a.get_weights() + b.get_weights()))
-    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-4, atol=1e-5)
+    # (float noise grows over ~50 Adam steps, more so beside TensorFlow's kernels
+    # without oneDNN; a stale shared variable moves the losses by 1e-2 and more)
+    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-3, atol=1e-4)
     for p, q in zip(results[0][1], results[1][1]):
-        np.testing.assert_allclose(p, q, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(p, q, rtol=1e-3, atol=1e-4)
