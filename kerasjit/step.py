@@ -28,8 +28,7 @@ from .frontend.plan import build_program, whole_step_in_tensorflow
 from .frontend.trace_interning import interned_trace
 from .frontend.row_wise import RowWiseProof
 from .arrays import Rows, gathered
-from .runtime import race
-from .runtime.race import BACKGROUND_COMPILES
+from .runtime.race import BACKGROUND_COMPILES, BAND, MAX_TRIALS
 from .runtime.state import VariableState
 
 # tf.function's attribute for a trace without automatic control dependencies
@@ -275,10 +274,10 @@ class _Verdict:
     are over), then CALLS + 1 in TensorFlow, the first of each untimed (it
     moves the variables between Keras and the compiled step's arrays), and
     blocks of both again while too close to call; TensorFlow keeps the step
-    where clearly faster. Both timed alike, after
-    the compile: TensorFlow's steps during the compile had fewer cores.
-    `tensorflow` makes TensorFlow's _Run when first needed (a warm start
-    traced the step for the compiler alone)."""
+    where clearly faster. Both timed alike, after the compile: TensorFlow's
+    steps during the compile had fewer cores. `tensorflow` makes
+    TensorFlow's _Run when first needed (a warm start traced the step for
+    the compiler alone)."""
     CALLS = 3
     MARGIN = 0.9        # TensorFlow must be this much faster to keep the step
 
@@ -334,8 +333,7 @@ class _Verdict:
         if self.calls < len(self.turns):
             return None
         ours, theirs = min(self.times["compiled"]), min(self.times["tensorflow"])
-        if abs(theirs / ours - self.MARGIN) <= race.BAND \
-                and len(self.times["compiled"]) < race.MAX_TRIALS:
+        if abs(theirs / ours - self.MARGIN) <= BAND and len(self.times["compiled"]) < MAX_TRIALS:
             # Too close to call: a block of each again (as a cluster's race does),
             # or noise would decide the step for this run and the next ones.
             self.turns += self.turns[:2 * (self.CALLS + 1)]
