@@ -207,18 +207,18 @@ def _entry(method, model, store):
     return call
 
 
-def _on_batch_entry(method, model, state):
-    """train_on_batch / test_on_batch: Keras resets the metrics right before
-    the step, and that reset goes to the store where it can (metric_resets)."""
-    entry = _entry(method, model, state.store)
+def _resetting_in_store(entry, model, state):
+    """train_on_batch / test_on_batch (their `_entry`): Keras resets the
+    metrics right before the step, and that reset goes to the store where it
+    can (metric_resets)."""
     if state.strategy is not None or "reset_metrics" in vars(model) \
             or type(model).reset_metrics is not keras.Model.reset_metrics:    # (a model's own)
         return entry
 
-    @functools.wraps(method)
+    @functools.wraps(entry)
     def call(*args, **kwargs):
         if tf.inside_function():
-            return method(*args, **kwargs)
+            return entry(*args, **kwargs)
         model.reset_metrics = functools.partial(reset_in_store, model, state.store)
         try:
             return entry(*args, **kwargs)
@@ -334,9 +334,10 @@ def wrap(model, backend="auto", max_shapes=8, race=True, background=None):
     # and fit reads the metric variables for the epoch's logs before any callback runs.
     model.fit = _fit_entry(model.fit, model, state)
     for name in _ENTRIES:
-        setattr(model, name, _entry(getattr(model, name), model, state.store))
-    for name in ("train_on_batch", "test_on_batch"):
-        setattr(model, name, _on_batch_entry(state.originals[name], model, state))
+        entry = _entry(getattr(model, name), model, state.store)
+        if name in ("train_on_batch", "test_on_batch"):
+            entry = _resetting_in_store(entry, model, state)
+        setattr(model, name, entry)
     model.get_metrics_result = _metrics_result_entry(model.get_metrics_result, model, state)
     model.make_train_function = make_train_function
     model.make_test_function = make_test_function

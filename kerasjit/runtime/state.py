@@ -123,7 +123,7 @@ class _Writer:
     PACKED_BYTES = 1 << 16      # (larger ones: a copy more than their own argument)
 
     def __init__(self, variables):
-        sizes = {i: v.shape.num_elements() for i, v in enumerate(variables)}
+        sizes = [v.shape.num_elements() for v in variables]
         self.packs, self.alone = {}, []     # dtype -> the small variables of that dtype
         for i, v in enumerate(variables):
             if sizes[i] * v.dtype.size <= self.PACKED_BYTES:
