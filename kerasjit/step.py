@@ -25,6 +25,7 @@ from .errors import NotCached, warn
 from .frontend.functional import UnsupportedGraph, functionalize
 from .frontend.bridge import traced_for_xla
 from .frontend.plan import build_program, whole_step_in_tensorflow
+from .frontend import recipe
 from .frontend.trace_interning import interned_trace
 from .frontend.row_wise import RowWiseProof
 from .arrays import Rows, gathered
@@ -98,10 +99,16 @@ class _Trace:
     (reports/tuning-measurements.md): a warm start traces so (`ordered`
     False), and traces again only where TensorFlow must run the whole step.
     While a trace lives, the functions of its graph (a cond's branches) stay
-    registered for the TensorFlow clusters that call them."""
+    registered for the TensorFlow clusters that call them. Given the
+    `out_structure` (a step rebuilt from its recipe), nothing is traced
+    until TensorFlow must run the step."""
 
-    def __init__(self, trace, ordered=True):
+    def __init__(self, trace, ordered=True, out_structure=None):
         self._trace = trace
+        if out_structure is not None:
+            self.concrete, self.out_structure, self.unordered = None, out_structure, False
+            self._ordered, self.traces = None, 0
+            return
         self.concrete, self.out_structure = trace(ordered)
         self.unordered = not ordered
         self._ordered = None if self.unordered else self.concrete
@@ -350,7 +357,7 @@ class _Verdict:
 class CompiledStep:
     def __init__(self, fn, backend="auto", name=None, max_shapes=8, events=None, store=None,
                  verbose=lambda: False, race=True, background=False, describe=lambda: "",
-                 autograph=False):
+                 autograph=False, identity=lambda: None):
         self.fn, self.backend, self.max_shapes = fn, get_backend(backend), max_shapes
         # Python control flow on tensors made graph ops, as tf.function does by
         # default (Keras's steps are traced without: plain Keras's are too)
@@ -358,6 +365,10 @@ class CompiledStep:
         self.race = race            # compiled clusters are timed against TensorFlow
         self.verbose = verbose      # whether to announce compiles (fit's verbosity)
         self.describe = describe    # what the step computes beyond its code (its model)
+        # A step_identity.StepIdentity of what the step computes, or None where only
+        # its trace can tell: a warm start with one rebuilds the step untraced.
+        self.identity = identity
+        self.identities = {}        # signature -> its StepIdentity at the first call
         self.marks = {}             # signature -> the digest its _warm_key holds (None: none)
         self.store = store          # a ResidentStore keeps variables as arrays between calls
         # Tiered execution: a new signature's steps run in TensorFlow while it compiles.
@@ -383,9 +394,10 @@ class CompiledStep:
         # Seconds TensorFlow spent running each signature not compiled.
         self.tensorflow_seconds = {}
 
-    def _traced(self, structure, flat, open_batch=False, ordered=True):
+    def _traced(self, structure, flat, open_batch=False, ordered=True, out_structure=None):
         """The _Trace of the step for these arguments (with `open_batch`, for
-        any size of their leading dims)."""
+        any size of their leading dims; given `out_structure`, traced when
+        first needed)."""
         holes = [i for i, a in enumerate(flat) if a is None]
         specs = [tf.TensorSpec((None, *a.shape[1:]) if open_batch and a.shape else a.shape,
                                a.dtype) for a in flat if a is not None]
@@ -404,7 +416,7 @@ class CompiledStep:
             concrete = tf.function(pure, autograph=self.autograph,
                                    experimental_attributes=unordered).get_concrete_function(*specs)
             return concrete, out_structure[0]
-        return _Trace(trace, ordered)
+        return _Trace(trace, ordered, out_structure)
 
     def _in_tensorflow(self, trace, reason):
         """The step run whole, as TensorFlow traced it."""
@@ -420,6 +432,41 @@ class CompiledStep:
             return self._compiled(trace, only_cached=True, compiled_before=compiled_before)
         except Exception:
             return None
+
+    def _from_recipe(self, key, args, flat):
+        """The compiled step rebuilt, untraced, from the recipe an earlier run
+        kept under the step's identity (frontend/recipe.py), else None."""
+        identity = self.identities[key] = self.identity()
+        text = identity and compile_cache.load_text(self._recipe_key(key, identity))
+        if not text:
+            return None
+        try:
+            program, positions, out_structure, digest = recipe.rebuilt(
+                text, self.backend, self.max_shapes, self.events)
+            variables = [identity.variables[i] for i in positions]
+        except Exception:   # (not all of it in the cache: traced and compiled as usual)
+            return None
+        del self.identities[key]        # (nothing new to keep)
+        self.marks[key] = digest
+        return _Run(program, VariableState(variables, program.state_outputs, self.store),
+                    self._traced(args, flat, out_structure=out_structure), digest)
+
+    def _keep_recipe(self, key, run):
+        """Keep the recipe of the compiled step `run` where it has one, under
+        the step's identity at its signature's first call."""
+        identity = self.identities.pop(key, None)
+        if identity is None or not isinstance(run, _Run):
+            return
+        where = {id(v): i for i, v in enumerate(identity.variables)}
+        text = recipe.recipe_text(run.program, [where.get(id(v)) for v in run.state.variables],
+                                  run.trace.out_structure, run.digest)
+        if text is not None:
+            compile_cache.store_text(self._recipe_key(key, identity), text)
+
+    def _recipe_key(self, key, identity):
+        text = repr((self.name, key, identity.text, self.backend.name,
+                     compile_cache.compiler_fingerprint()))
+        return "recipe-" + hashlib.sha256(text.encode()).hexdigest()
 
     def _compiled(self, trace, only_cached=False, compiled_before=None):
         """The traced step made pure, partitioned and compiled (with
@@ -480,15 +527,21 @@ class CompiledStep:
         if self.verbose():
             print(f"kerasjit: {what} ...", end="", flush=True)
         start = time.perf_counter()
-        compiled_before = self.marks[key] = compile_cache.load_text(self._warm_key(key)) \
-            if self.background else None
-        trace = self._traced(list(args), flat, ordered=compiled_before is None)
         # A warm start compiles here, from the compile cache, rather than in the
         # background: it takes less time than TensorFlow's first steps would.
-        cached = self._from_cache(trace, compiled_before) if self.background else None
+        cached = self._from_recipe(key, list(args), flat) if self.background else None
         if cached is not None:
-            what = f"{self.name}: tracing, and compiling from the cache, for inputs {shapes}"
-            self._switch(key, cached, lambda: self._in_tensorflow(trace, "not compiled"))
+            what = f"{self.name}: rebuilt from the compile cache for inputs {shapes}"
+        elif self.background:
+            compiled_before = self.marks[key] = compile_cache.load_text(self._warm_key(key))
+            trace = self._traced(list(args), flat, ordered=compiled_before is None)
+            cached = self._from_cache(trace, compiled_before)
+            if cached is not None:
+                what = f"{self.name}: tracing, and compiling from the cache, for inputs {shapes}"
+        else:
+            trace = self._traced(list(args), flat)
+        if cached is not None:
+            self._switch(key, cached, lambda: self._in_tensorflow(cached.trace, "not compiled"))
         elif self.background:
             self.programs[key] = self._in_tensorflow(trace, "compiling in the background")
             self.compiling[key] = _Compiling(
@@ -544,7 +597,8 @@ class CompiledStep:
         """Keep the digest of the graph compiled for `key` where _warm_key says,
         once the compiled step is the one kept (no race, or its verdict): a
         warm start traced for the compiler alone then runs no TensorFlow step,
-        which would need a trace of its own."""
+        which would need a trace of its own. And its recipe, where it has one."""
+        self._keep_recipe(key, run)
         if run.digest not in (None, self.marks.get(key)) \
                 and any(c.kind == "compiled" for c in run.program.clusters):
             compile_cache.store_text(self._warm_key(key), run.digest)
@@ -579,6 +633,7 @@ class CompiledStep:
                 verdict.record()
                 if verdict.kept == "compiled":
                     self._remember(key, kept)
+                self.identities.pop(key, None)
 
     def _any_batch_size(self, key, flat, args):
         """The step as TensorFlow runs it for a signature that is not compiled,

@@ -26,6 +26,7 @@ from .runtime.state import ResidentStore
 from .runtime.distribute import (check_strategy, local_batches, multi_worker, replicated,
                                  strategy_of, symbolic_build)
 from .step import CompiledStep
+from .step_identity import step_identity
 
 
 class JitState:
@@ -46,10 +47,13 @@ class JitState:
             # Every worker must switch to the compiled step at the same step (their
             # collectives meet by key): no background compile, no timing verdict.
             background = False
+        # (a strategy's step holds its collectives: only its trace tells them)
+        identity = (lambda: None) if self.strategy is not None else \
+            functools.partial(step_identity, model)
         self.train, self.test, self.predict = (
             CompiledStep(replicated(step, self.strategy, reduction), backend, name, max_shapes,
                          self.compile_events, self.store, announce, race, background,
-                         functools.partial(_description, model))
+                         functools.partial(_description, model), identity=identity)
             for step, name, reduction in ((model.train_step, "train_step", "auto"),
                                           (model.test_step, "test_step", "auto"),
                                           (model.predict_step, "predict_step", "concat")))

@@ -57,6 +57,11 @@ def _tensorflow_function(fn):
     return function
 
 
+def cluster_name(ops):
+    """How messages name a cluster of ops ((node name, op type), ...)."""
+    return f"'{ops[0][0]}' ({len(ops)} ops)"
+
+
 class Planner:
     def __init__(self, fg, backend, cap=8, events=None, race=True, only_cached=False,
                  digest=None):
@@ -215,13 +220,12 @@ class Planner:
         run = ClusterRun(kind, ops, inputs, outputs, reason, tf_function=_tensorflow_function(fn))
         if kind != "compiled":
             return run
-        name = f"'{members[0]}' ({len(members)} ops)"
         hlo_fn = functools.partial(bridge.cached_hlo_module, fn, digest)
-        run.specializer = Specializer(self._compile_fn(hlo_fn, donations), name, self.cap,
-                                      self.events, hlo_fn=hlo_fn)
+        run.specializer = Specializer(self._compile_fn(hlo_fn, donations), cluster_name(ops),
+                                      self.cap, self.events, hlo_fn, digest, donations)
         if self.race and any(op.startswith(_RACED_OPS) for _, op in ops):
-            run.race = Race(name, functools.partial(_tensorflow_may_win, run.specializer,
-                                                    self.backend.target))
+            run.race = Race(run.specializer.name, functools.partial(
+                _tensorflow_may_win, run.specializer, self.backend.target))
         specs = self._input_specs(inputs)
         if specs is None:             # shapes known only at run time
             return run

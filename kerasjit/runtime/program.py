@@ -54,9 +54,12 @@ class Specializer:
     it saves.
     """
 
-    def __init__(self, compile_fn, name, cap=8, events=None, hlo_fn=None):
+    def __init__(self, compile_fn, name, cap=8, events=None, hlo_fn=None, digest=None,
+                 donate=None):
         self.compile_fn, self.name, self.cap = compile_fn, name, cap
         self.hlo_fn = hlo_fn          # (TensorSpecs, optimized) -> the bridge's module
+        self.digest = digest          # of the cluster's graph (bridge.subgraph_function)
+        self.donate = donate or {}    # {parameter index: output index} it updates in place
         self.cache, self.gave_up, self.module = {}, None, None
         self.events = events if events is not None else []   # (t_start, seconds, reason)
 
