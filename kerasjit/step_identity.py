@@ -9,7 +9,9 @@ step without TensorFlow's trace (seconds for a large CNN). A model with
 anything of the user's own (a subclass, a Lambda layer, a loss function, a
 learning-rate schedule) has none: only its trace can tell what it computes.
 """
+import functools
 import json
+import re
 import types
 from typing import NamedTuple
 
@@ -19,7 +21,8 @@ import tensorflow as tf
 from keras.src.layers.core.lambda_layer import Lambda
 from keras.src.models.functional import Functional
 
-_KERAS = "keras.src."
+# Where code is pinned by the versions the identity holds.
+_LIBRARIES = ("keras.src.", "tensorflow.", "numpy.", "builtins")
 # What decides a model's steps besides its layers; wrap sets none of them.
 _STEP_METHODS = ("train_step", "test_step", "predict_step", "call", "compute_loss",
                  "_compute_loss", "compute_metrics", "__call__")
@@ -30,23 +33,67 @@ class StepIdentity(NamedTuple):
     variables: list     # the tf.Variables a step may capture, in a fixed order
 
 
-def _keras_own(obj):
-    """Whether `obj` (a loss, metric, optimizer, schedule or layer, maybe a
-    function) is Keras's own, down to the functions it wraps."""
-    if obj is None or isinstance(obj, (str, bool, int, float)):
+def _library(module):
+    return (module or "").startswith(_LIBRARIES)
+
+
+def _user_code(value):
+    """Whether `value` is code of the user's own: a function or method from
+    outside the libraries, or a callable object of a class from outside them."""
+    if isinstance(value, (types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
+        return not _library(getattr(getattr(value, "__func__", value), "__module__", None))
+    if isinstance(value, functools.partial):
+        return _user_code(value.func)
+    return callable(value) and not isinstance(value, type) \
+        and not _library(type(value).__module__)
+
+
+def _leaves(value):
+    """A value, or the elements of a list, tuple, set or dict's values."""
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return value
+    if isinstance(value, dict):
+        return value.values()
+    return (value,)
+
+
+def _runs_user_code(obj):
+    """Whether `obj` (a layer, loss, metric or optimizer) is of a class from
+    outside the libraries or holds code of the user's own, itself or in the
+    objects it holds (a Dense layer's activation, a loss's function, a
+    regularizer): their configs name such code but cannot tell its body."""
+    if not _library(type(obj).__module__):
         return True
-    if isinstance(obj, (list, tuple)):
-        return all(map(_keras_own, obj))
-    if isinstance(obj, dict):
-        return all(map(_keras_own, obj.values()))
-    if isinstance(obj, types.FunctionType):
-        return obj.__module__.startswith(_KERAS) and "<" not in obj.__qualname__
-    if isinstance(obj, keras.Variable):
-        return True
-    return type(obj).__module__.startswith(_KERAS) \
-        and _keras_own(getattr(obj, "fn", None)) \
-        and all(_keras_own(getattr(obj, name, None))
-                for name in ("_learning_rate", "inner_optimizer"))
+    for value in vars(obj).values():
+        for leaf in _leaves(value):
+            if _user_code(leaf):
+                return True
+            if hasattr(leaf, "__dict__") and not isinstance(leaf, (type, types.ModuleType)) \
+                    and _library(type(leaf).__module__) \
+                    and any(_user_code(v) for inner in vars(leaf).values()
+                            for v in _leaves(inner)):
+                return True
+    return False
+
+
+def _plain_state(obj):
+    """`obj`'s attributes that hold plain data (an optimizer's variables
+    excluded from weight decay are no part of its config), sorted by name."""
+    def plain(value):
+        if isinstance(value, re.Pattern):
+            return value.pattern
+        if value is None or isinstance(value, (str, bool, int, float)):
+            return value
+        if isinstance(value, (list, tuple, set, frozenset)):
+            items = [plain(v) for v in value]
+            return _NOT_PLAIN if any(i is _NOT_PLAIN for i in items) else \
+                sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
+        return _NOT_PLAIN
+    state = {name: plain(value) for name, value in sorted(vars(obj).items())}
+    return {name: value for name, value in state.items() if value is not _NOT_PLAIN}
+
+
+_NOT_PLAIN = object()
 
 
 def _config_text(obj):
@@ -64,6 +111,17 @@ def step_identity(model):
         return None
 
 
+def _names_user_code(arguments):
+    """Whether compile's arguments (losses and metrics as names, functions or
+    objects, in lists and dicts) hold code of the user's own."""
+    if isinstance(arguments, (list, tuple, dict)):
+        return any(map(_names_user_code, _leaves(arguments)))
+    if arguments is None or isinstance(arguments, (str, bool, int, float)):
+        return False
+    return _user_code(arguments) if isinstance(arguments, types.FunctionType) \
+        else _runs_user_code(arguments)
+
+
 def _identity(model):
     if type(model) not in (Functional, keras.Sequential) or model.optimizer is None \
             or any(name in vars(model) for name in _STEP_METHODS) \
@@ -71,17 +129,19 @@ def _identity(model):
         return None
     operations = list(model._flatten_layers(include_self=False)) + list(
         getattr(model, "operations", ()))
-    if not all(type(op).__module__.startswith(_KERAS) and not isinstance(op, Lambda)
-               for op in operations):
+    if any(isinstance(op, Lambda) or not type(op).__module__.startswith("keras.src.")
+           or _runs_user_code(op) for op in operations):
         return None
-    compile_config = model._compile_config.config
-    if not _keras_own(list(compile_config.values())) or not _keras_own(model.optimizer):
+    optimizers = [model.optimizer, *filter(None, [getattr(model.optimizer, "inner_optimizer",
+                                                          None)])]
+    if _names_user_code(list(model._compile_config.config.values())) \
+            or any(map(_runs_user_code, optimizers)):
         return None
     variables = list({id(v): v for v in [*model.variables, *model.optimizer.variables,
                                          *model.metrics_variables]}.values())
     text = _config_text([
         type(model).__name__, model.get_config(), model.get_compile_config(),
-        model.optimizer.get_config(),
+        [(o.get_config(), _plain_state(o)) for o in optimizers],
         [(v.path, tuple(v.shape), v.dtype, v.trainable) for v in variables],
         [keras.config.floatx(), keras.config.epsilon(), keras.config.image_data_format(),
          keras.config.dtype_policy().name],

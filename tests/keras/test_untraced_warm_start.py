@@ -122,6 +122,16 @@ def test_equal_models_have_one_identity_and_a_changed_config_another():
     assert step_identity(_built(frozen)).text != first.text
 
 
+def test_an_optimizer_setting_outside_its_config_is_in_the_identity():
+    def decaying(excluded):
+        model = _model()
+        model.compile(optimizer=keras.optimizers.AdamW(0.01, name="opt"),
+                      loss="sparse_categorical_crossentropy")
+        model.optimizer.exclude_from_weight_decay(var_names=excluded)
+        return step_identity(_built(model)).text
+    assert decaying(["bias"]) == decaying(["bias"]) != decaying(["gamma"])
+
+
 class Subclassed(keras.Model):
     def __init__(self):
         super().__init__()
@@ -149,9 +159,19 @@ def _with(layers=(), loss="sparse_categorical_crossentropy", metrics=(), optimiz
     return model
 
 
+class _Penalty(keras.regularizers.Regularizer):
+    def __call__(self, weights):
+        return 0.01 * tf.reduce_sum(tf.abs(weights))
+
+
+def _users_activation(t):
+    return t * tf.sigmoid(t)
+
+
 @pytest.mark.parametrize("case", ["lambda layer", "loss function", "metric function",
                                   "learning-rate schedule", "subclassed model",
-                                  "train_step of the instance"])
+                                  "train_step of the instance", "activation function",
+                                  "regularizer class", "metric wrapping a function"])
 def test_a_model_with_code_of_the_users_own_has_no_identity(case):
     """Only its trace can tell what such a step computes: no recipe."""
     model = {
@@ -161,6 +181,10 @@ def test_a_model_with_code_of_the_users_own_has_no_identity(case):
         "learning-rate schedule": lambda: _with(optimizer=keras.optimizers.SGD(_Schedule())),
         "subclassed model": lambda: _with(model=Subclassed()),
         "train_step of the instance": lambda: _with(),
+        "activation function": lambda: _with([keras.layers.Dense(8, activation=_users_activation)]),
+        "regularizer class": lambda: _with([keras.layers.Dense(8, kernel_regularizer=_Penalty())]),
+        "metric wrapping a function": lambda: _with(
+            metrics=[keras.metrics.MeanMetricWrapper(_users_loss, name="users")]),
     }[case]()
     if case == "train_step of the instance":
         model.train_step = model.train_step
