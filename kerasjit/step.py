@@ -522,26 +522,28 @@ class CompiledStep:
             # once an epoch, would take hundreds of epochs.
             return self._any_batch_size(key, flat, args)
         shapes = [a.shape for a in flat if a is not None]
+        start = time.perf_counter()
+        # A warm start compiles here, from the compile cache, rather than in the
+        # background: it takes less time than TensorFlow's first steps would.
+        rebuilt = self._from_recipe(key, list(args), flat) if self.background else None
+        if rebuilt is not None:
+            self._switch(key, rebuilt, lambda: self._in_tensorflow(rebuilt.trace, "not compiled"))
+            what = f"{self.name}: rebuilt from the compile cache for inputs {shapes}"
+            self.events.append(CompileEvent(start, time.perf_counter() - start, what))
+            if self.verbose():
+                print(f"kerasjit: {what} in {self.events[-1].seconds:.1f} s", flush=True)
+            return self.programs[key]
         what = f"{self.name}: {'tracing' if self.background else 'tracing and compiling'} " \
                f"for inputs {shapes}"
         if self.verbose():
             print(f"kerasjit: {what} ...", end="", flush=True)
-        start = time.perf_counter()
-        # A warm start compiles here, from the compile cache, rather than in the
-        # background: it takes less time than TensorFlow's first steps would.
-        cached = self._from_recipe(key, list(args), flat) if self.background else None
+        compiled_before = self.marks[key] = compile_cache.load_text(self._warm_key(key)) \
+            if self.background else None
+        trace = self._traced(list(args), flat, ordered=compiled_before is None)
+        cached = self._from_cache(trace, compiled_before) if self.background else None
         if cached is not None:
-            what = f"{self.name}: rebuilt from the compile cache for inputs {shapes}"
-        elif self.background:
-            compiled_before = self.marks[key] = compile_cache.load_text(self._warm_key(key))
-            trace = self._traced(list(args), flat, ordered=compiled_before is None)
-            cached = self._from_cache(trace, compiled_before)
-            if cached is not None:
-                what = f"{self.name}: tracing, and compiling from the cache, for inputs {shapes}"
-        else:
-            trace = self._traced(list(args), flat)
-        if cached is not None:
-            self._switch(key, cached, lambda: self._in_tensorflow(cached.trace, "not compiled"))
+            what = f"{self.name}: tracing, and compiling from the cache, for inputs {shapes}"
+            self._switch(key, cached, lambda: self._in_tensorflow(trace, "not compiled"))
         elif self.background:
             self.programs[key] = self._in_tensorflow(trace, "compiling in the background")
             self.compiling[key] = _Compiling(

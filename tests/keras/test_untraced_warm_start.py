@@ -205,7 +205,7 @@ def test_a_script_run_again_starts_from_its_recipe_and_trains_alike(compile_cach
         rng = np.random.default_rng(0)
         x, y = rng.random((320, 20), dtype=np.float32), rng.integers(0, 3, 320)
         kerasjit.wrap(model, race=False, background=True)
-        model.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0)
+        model.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=2)
         model._kerasjit.train.wait()
         losses = model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0).history["loss"]
         print("losses", repr(losses))
@@ -217,10 +217,13 @@ def test_a_script_run_again_starts_from_its_recipe_and_trains_alike(compile_cach
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                               timeout=600)
         assert done.returncode == 0, done.stderr[-2000:]
-        return dict(line.split(" ", 1) for line in done.stdout.splitlines()
+        said = dict(line.split(" ", 1) for line in done.stdout.splitlines()
                     if line.startswith(("losses", "traces", "rebuilt")))
-    cold, warm = run(), run()
+        return said, done.stdout
+    (cold, cold_out), (warm, warm_out) = run(), run()
     assert cold["rebuilt"] == "False" and warm["rebuilt"] == "True"
+    said = "kerasjit: train_step: rebuilt from the compile cache for inputs [(32, 20), (32,)] in"
+    assert said in warm_out and said not in cold_out
     assert warm["traces"] == "[0]"
     # (the cold run's first epoch ran in TensorFlow while the step compiled)
     np.testing.assert_allclose(ast.literal_eval(warm["losses"]), ast.literal_eval(cold["losses"]),
