@@ -10,6 +10,7 @@ anything of the user's own (a subclass, a Lambda layer, a loss function, a
 learning-rate schedule) has none: only its trace can tell what it computes.
 """
 import functools
+import hashlib
 import json
 import re
 import types
@@ -74,6 +75,23 @@ def _runs_user_code(obj):
                             for v in _leaves(inner)):
                 return True
     return False
+
+
+def _held_values(obj):
+    """A digest of each tensor or array `obj` holds outside variables (an
+    adapted Normalization's mean and variance): a trace takes them in as
+    constants, and no config shows them."""
+    held = []
+    for name, value in sorted(vars(obj).items()):
+        for i, leaf in enumerate(_leaves(value)):
+            if isinstance(leaf, (keras.Variable, tf.Variable)) or not (
+                    isinstance(leaf, np.ndarray) or tf.is_tensor(leaf)
+                    and hasattr(leaf, "numpy")):
+                continue
+            array = np.asarray(leaf)
+            held.append((name, i, array.shape, array.dtype.str,
+                         hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()))
+    return held
 
 
 def _plain_state(obj):
@@ -141,6 +159,7 @@ def _identity(model):
                                          *model.metrics_variables]}.values())
     text = _config_text([
         type(model).__name__, model.get_config(), model.get_compile_config(),
+        [_held_values(op) for op in operations],
         [(o.get_config(), _plain_state(o)) for o in optimizers],
         [(v.path, tuple(v.shape), v.dtype, v.trainable) for v in variables],
         [keras.config.floatx(), keras.config.epsilon(), keras.config.image_data_format(),

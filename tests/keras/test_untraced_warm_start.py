@@ -122,6 +122,22 @@ def test_equal_models_have_one_identity_and_a_changed_config_another():
     assert step_identity(_built(frozen)).text != first.text
 
 
+def test_values_a_layer_holds_outside_its_config_are_in_the_identity():
+    """An adapted Normalization's mean and variance are constants of the
+    trace: adapted to other data, the model is another."""
+    def adapted(data):
+        norm = keras.layers.Normalization(name="norm")
+        norm.adapt(data)
+        model = keras.Sequential([keras.Input((12,), name="x"), norm,
+                                  keras.layers.Dense(4, activation="softmax", name="out")],
+                                 name="m")
+        model.compile(optimizer=keras.optimizers.Adam(name="opt"),
+                      loss="sparse_categorical_crossentropy")
+        return step_identity(_built(model)).text
+    x, _ = _data(64)
+    assert adapted(x) == adapted(x) != adapted(2 * x)
+
+
 def test_an_optimizer_setting_outside_its_config_is_in_the_identity():
     def decaying(excluded):
         model = _model()
