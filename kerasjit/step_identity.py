@@ -60,21 +60,12 @@ def _leaves(value):
 
 def _runs_user_code(obj):
     """Whether `obj` (a layer, loss, metric or optimizer) is of a class from
-    outside the libraries or holds code of the user's own, itself or in the
-    objects it holds (a Dense layer's activation, a loss's function, a
-    regularizer): their configs name such code but cannot tell its body."""
-    if not _library(type(obj).__module__):
-        return True
-    for value in vars(obj).values():
-        for leaf in _leaves(value):
-            if _user_code(leaf):
-                return True
-            if hasattr(leaf, "__dict__") and not isinstance(leaf, (type, types.ModuleType)) \
-                    and _library(type(leaf).__module__) \
-                    and any(_user_code(v) for inner in vars(leaf).values()
-                            for v in _leaves(inner)):
-                return True
-    return False
+    outside the libraries or holds code of the user's own (a Dense layer's
+    activation, a metric's function, a regularizer or learning-rate schedule
+    of the user's class): its config would name such code, not its body.
+    (Layers within layers are walked on their own.)"""
+    return not _library(type(obj).__module__) or any(
+        _user_code(leaf) for value in vars(obj).values() for leaf in _leaves(value))
 
 
 def _held_values(obj):
@@ -84,9 +75,7 @@ def _held_values(obj):
     held = []
     for name, value in sorted(vars(obj).items()):
         for i, leaf in enumerate(_leaves(value)):
-            if isinstance(leaf, (keras.Variable, tf.Variable)) or not (
-                    isinstance(leaf, np.ndarray) or tf.is_tensor(leaf)
-                    and hasattr(leaf, "numpy")):
+            if not isinstance(leaf, (np.ndarray, tf.Tensor)):     # (variables are no tensors)
                 continue
             array = np.asarray(leaf)
             held.append((name, i, array.shape, array.dtype.str,
@@ -95,8 +84,9 @@ def _held_values(obj):
 
 
 def _plain_state(obj):
-    """`obj`'s attributes that hold plain data (an optimizer's variables
-    excluded from weight decay are no part of its config), sorted by name."""
+    """`obj`'s attributes that hold plain data, sorted by name: what its
+    config may leave out (an optimizer's variables excluded from weight
+    decay, a layer's setting changed after it was made)."""
     def plain(value):
         if isinstance(value, re.Pattern):
             return value.pattern
@@ -159,7 +149,7 @@ def _identity(model):
                                          *model.metrics_variables]}.values())
     text = _config_text([
         type(model).__name__, model.get_config(), model.get_compile_config(),
-        [_held_values(op) for op in operations],
+        [(_plain_state(op), _held_values(op)) for op in operations],
         [(o.get_config(), _plain_state(o)) for o in optimizers],
         [(v.path, tuple(v.shape), v.dtype, v.trainable) for v in variables],
         [keras.config.floatx(), keras.config.epsilon(), keras.config.image_data_format(),

@@ -120,6 +120,9 @@ def test_equal_models_have_one_identity_and_a_changed_config_another():
     frozen = _model()
     frozen.get_layer("norm").trainable = False
     assert step_identity(_built(frozen)).text != first.text
+    changed = _model()
+    changed.get_layer("norm").epsilon = 0.1     # (the config reads it back: so does the step)
+    assert step_identity(_built(changed)).text != first.text
 
 
 def test_values_a_layer_holds_outside_its_config_are_in_the_identity():
