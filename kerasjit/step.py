@@ -524,8 +524,11 @@ class CompiledStep:
         shapes = [a.shape for a in flat if a is not None]
         start = time.perf_counter()
         # A warm start compiles here, from the compile cache, rather than in the
-        # background: it takes less time than TensorFlow's first steps would.
-        rebuilt = self._from_recipe(key, list(args), flat) if self.background else None
+        # background: it takes less time than TensorFlow's first steps would. (A
+        # recipe has no graph for a cluster's race against TensorFlow: where the
+        # steps wait for compiles, their clusters race unless race=False.)
+        rebuilt = self._from_recipe(key, list(args), flat) \
+            if self.background or not self.race else None
         if rebuilt is not None:
             self._switch(key, rebuilt, lambda: self._in_tensorflow(rebuilt.trace, "not compiled"))
             what = f"{self.name}: rebuilt from the compile cache for inputs {shapes}"

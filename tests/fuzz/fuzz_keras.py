@@ -1,6 +1,7 @@
 """Random small Keras models trained plain and through kerasjit, compared, with shrinking.
 
     python tests/fuzz/fuzz_keras.py --seed 0 --models 300 [--seconds N] [--start I] [--no-shrink]
+                                    [--warm]
 
 Model i of seed s is drawn from np.random.default_rng([s, i]) (`--start i
 --models 1` replays it alone) and its data from a second generator seeded the
@@ -11,7 +12,9 @@ printed spec is the very program that failed.
 Each model is built once for its initial weights; then a plain copy and a
 `kerasjit.wrap(model, race=False)` copy (same seed before each build, same
 weights) train on the same data, and their History (every key), variables
-(the model's and the optimizer's), evaluate() and predict() are compared:
+(the model's and the optimizer's), evaluate() and predict() are compared
+(with --warm, the compared copy's steps are rebuilt, untraced, from the
+recipes a first wrapped copy kept in a compile cache of its own):
   - within rtol RTOL / atol ATOL: float32 reassociation over a few steps
     of training stays near 1e-6, where a wrong gradient, update or mask
     shows at 1e-3 and more.
@@ -45,6 +48,7 @@ import dataclasses
 import os
 import re
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -864,6 +868,43 @@ def check(spec, wrap=default_wrap):
     return compare(namespace["build"], namespace["fit_args"], wrap)
 
 
+def check_warm(spec):
+    """check() of warm starts: a first wrapped copy trains in a compile cache
+    of its own, which keeps its steps' recipes; the compared copy (the same
+    names: train() clears the session) rebuilds its steps from them,
+    untraced. Returns the Outcome and the names of the steps rebuilt so."""
+    namespace = {}
+    exec(source(spec), namespace)
+    build, fit_args = namespace["build"], namespace["fit_args"]
+    wrapped = []
+
+    def wrap(model):
+        wrapped.append(default_wrap(model))
+        return wrapped[-1]
+    kept = os.environ.get("KERASJIT_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="kerasjit-fuzz-") as cache:
+        os.environ["KERASJIT_CACHE_DIR"] = cache
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    keras.backend.clear_session()
+                    keras.utils.set_random_seed(MODEL_SEED)
+                    train(build, fit_args, build().get_weights(), default_wrap)
+                except Exception:
+                    pass            # (the compared copy meets it again and says so)
+            outcome = compare(build, fit_args, wrap)
+        finally:
+            if kept is None:
+                del os.environ["KERASJIT_CACHE_DIR"]
+            else:
+                os.environ["KERASJIT_CACHE_DIR"] = kept
+    rebuilt = [what.split(":")[0] for model in wrapped[-1:]
+               for _, _, what, *_ in model._kerasjit.compile_events
+               if "rebuilt from the compile cache" in what]
+    return outcome, rebuilt
+
+
 # ------------------------------------------------------------- shrinking
 
 def _without(kwargs, key):
@@ -945,13 +986,13 @@ def shrink(spec, fails):
             return spec
 
 
-def same_failure(outcome):
+def same_failure(outcome, checked=check):
     """A predicate: whether a spec fails as `outcome` did (an error of the same type)."""
     def error_type(o):
         return o.details[0].strip().splitlines()[-1].split(":")[0] if o.kind == "error" else ""
 
     def fails(spec):
-        candidate = check(spec)
+        candidate = checked(spec)
         return candidate.kind == outcome.kind and error_type(candidate) == error_type(outcome)
     return fails
 
@@ -978,7 +1019,13 @@ def _pattern(message):
     return re.sub(r"\d+", "N", message.split("\n")[0])[:160]
 
 
-def fuzz(seed, models, start=0, seconds=None, shrinking=True, out=print):
+def _warm_outcome(spec):
+    return check_warm(spec)[0]
+
+
+def fuzz(seed, models, start=0, seconds=None, shrinking=True, out=print, warm=False):
+    """`warm`: each model's compared copy starts from the recipes of a first one."""
+    checked = _warm_outcome if warm else check
     summary = Summary(seed)
     began = time.perf_counter()
     for index in range(start, start + models):
@@ -986,7 +1033,7 @@ def fuzz(seed, models, start=0, seconds=None, shrinking=True, out=print):
             break
         spec = draw(seed, index)
         model_began = time.perf_counter()
-        outcome = check(spec)
+        outcome = checked(spec)
         summary.run += 1
         for message in outcome.fallbacks:
             summary.fallbacks[_pattern(message)] = summary.fallbacks.get(_pattern(message), 0) + 1
@@ -996,9 +1043,9 @@ def fuzz(seed, models, start=0, seconds=None, shrinking=True, out=print):
         if outcome.kind == "invalid":
             summary.invalid += 1
         elif outcome.kind != "match":
-            shrunk = shrink(spec, same_failure(outcome)) if shrinking else spec
+            shrunk = shrink(spec, same_failure(outcome, checked)) if shrinking else spec
             if shrunk != spec:
-                out(f"shrunk: {check(shrunk).describe()}")
+                out(f"shrunk: {checked(shrunk).describe()}")
             out(f"seed {seed}, model {index}, {'shrunk ' if shrinking else ''}spec:\n"
                 f"{repro(shrunk)}")
             summary.failures.append((index, outcome, shrunk))
@@ -1014,10 +1061,12 @@ def main(argv=None):
     parser.add_argument("--seconds", type=float, default=None,
                         help="start no model after this long")
     parser.add_argument("--no-shrink", action="store_true")
+    parser.add_argument("--warm", action="store_true",
+                        help="compare warm starts: steps rebuilt from a first copy's recipes")
     args = parser.parse_args(argv)
     tf.get_logger().setLevel("ERROR")      # (its notes on Keras's retracing, once per model)
     summary = fuzz(args.seed, args.models, args.start, args.seconds, not args.no_shrink,
-                   out=lambda s: print(s, flush=True))
+                   out=lambda s: print(s, flush=True), warm=args.warm)
     for pattern, count in sorted(summary.fallbacks.items(), key=lambda kv: -kv[1]):
         print(f"fallback in {count} models: {pattern}")
     print(summary.line())

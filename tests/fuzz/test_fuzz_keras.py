@@ -40,6 +40,22 @@ def test_random_models_train_as_in_plain_keras():
         for index, outcome, spec in summary.failures)
 
 
+WARM_MODELS = 8
+
+
+def test_random_models_rebuilt_from_their_recipes_train_as_in_plain_keras():
+    """Warm starts untraced: each model's steps rebuilt from the recipes a
+    first copy kept (where its model has a step identity) train as plain
+    Keras does."""
+    rebuilt = 0
+    for index in range(WARM_MODELS):
+        outcome, steps = fuzz_keras.check_warm(fuzz_keras.draw(SEED, index))
+        assert outcome.kind in ("match", "invalid"), \
+            f"{outcome.describe()}\n{fuzz_keras.repro(fuzz_keras.draw(SEED, index))}"
+        rebuilt += "train_step" in steps
+    assert rebuilt >= WARM_MODELS // 2, "most drawn models have a step identity"
+
+
 def test_the_run_draws_loops():
     """Some of the run's models hold a Lambda layer iterating in a loop whose
     body reads the value its state starts as (keras.ops' fori_loop and
