@@ -17,6 +17,7 @@ from kerasjit.backends import get_backend
 from kerasjit import step as step_module
 from kerasjit.compiler import Backend, Executable
 from kerasjit.errors import NotCached
+from tests.support import bn_classifier
 
 
 @pytest.fixture(autouse=True)
@@ -28,19 +29,7 @@ def _cold_starts(request, monkeypatch):
         monkeypatch.setenv("KERASJIT_CACHE_DIR", "")
 
 
-def _model():
-    keras.utils.set_random_seed(3)
-    model = keras.Sequential([keras.Input((12,)), keras.layers.Dense(16, activation="tanh"),
-                              keras.layers.BatchNormalization(),
-                              keras.layers.Dense(4, activation="softmax")])
-    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy",
-                  metrics=["accuracy"])
-    return model
-
-
-def _data(n=256):
-    rng = np.random.default_rng(0)
-    return rng.standard_normal((n, 12)).astype(np.float32), rng.integers(0, 4, n)
+_model, _data = bn_classifier.model, bn_classifier.data
 
 
 def _compiled_now(model):

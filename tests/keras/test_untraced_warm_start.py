@@ -13,24 +13,15 @@ import tensorflow as tf
 
 import kerasjit
 from kerasjit.step_identity import step_identity
+from tests.support import bn_classifier
+
+
+_data = bn_classifier.data
 
 
 def _model(activation="tanh"):
-    """The same model each call, every name given: a second instance in one
-    process has the names a first run's model has in a process of its own."""
-    keras.utils.set_random_seed(3)
-    model = keras.Sequential([keras.Input((12,), name="x"),
-                              keras.layers.Dense(16, activation=activation, name="hidden"),
-                              keras.layers.BatchNormalization(name="norm"),
-                              keras.layers.Dense(4, activation="softmax", name="out")], name="m")
-    model.compile(optimizer=keras.optimizers.Adam(0.01, name="opt"),
-                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    return model
-
-
-def _data(n=256):
-    rng = np.random.default_rng(0)
-    return rng.standard_normal((n, 12)).astype(np.float32), rng.integers(0, 4, n)
+    """The same model each call, every name given (bn_classifier)."""
+    return bn_classifier.model(activation, named=True)
 
 
 def _train_step_run(model):
