@@ -442,7 +442,7 @@ class CompiledStep:
             return None
         try:
             program, positions, out_structure, digest = recipe.rebuilt(
-                text, self.backend, self.max_shapes, self.events)
+                text, self.backend, self.max_shapes, self.events, self.race)
             variables = [identity.variables[i] for i in positions]
         except Exception:   # (not all of it in the cache: traced and compiled as usual)
             return None

@@ -102,11 +102,16 @@ def subgraph_function(nodes, library, inputs, outputs):
             graph_digest(nodes, inputs, outputs, graph_def.library))
 
 
+def graph_function(make_graph_def, inputs, outputs):
+    """A Python function of `inputs` tensors computing `outputs` by the
+    GraphDef make_graph_def() makes when first called."""
+    return _importing(functools.cache(make_graph_def), inputs, outputs)
+
+
 def lazy_subgraph_function(make_nodes, library, inputs, outputs):
     """subgraph_function's function alone, its graph made from make_nodes() when
     first called: a cluster whose HLO is in the compile cache may never be."""
-    return _importing(functools.cache(lambda: _graph_def(make_nodes(), library)), inputs,
-                      outputs)
+    return graph_function(lambda: _graph_def(make_nodes(), library), inputs, outputs)
 
 
 def _graph_def(nodes, library):
@@ -120,6 +125,7 @@ def _importing(graph_def, inputs, outputs):
     def run(*args):
         return tf.graph_util.import_graph_def(
             graph_def(), input_map=dict(zip(inputs, args)), return_elements=outputs, name="")
+    run.graph_def = graph_def
     return run
 
 

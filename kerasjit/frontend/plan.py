@@ -62,6 +62,30 @@ def cluster_name(ops):
     return f"'{ops[0][0]}' ({len(ops)} ops)"
 
 
+def cluster_run(kind, ops, inputs, outputs, reason, fn, digest, donations, backend, cap,
+                events, race, only_cached):
+    """A ClusterRun of the cluster TensorFlow runs as `fn`; a compiled one with
+    its Specializer (compiling only from the cache while `only_cached()`), and
+    its Race against TensorFlow with `race` where TensorFlow may win."""
+    run = ClusterRun(kind, ops, inputs, outputs, reason, tf_function=_tensorflow_function(fn),
+                     graph_def=getattr(fn, "graph_def", None))
+    if kind != "compiled":
+        return run
+    hlo_fn = functools.partial(bridge.cached_hlo_module, fn, digest)
+
+    def compile_for(specs):
+        checkpoint()
+        optimized, cached = backend.optimizes, only_cached()
+        module = hlo_fn(specs, optimized, cached)
+        return module, backend.compile(module, donations, optimized, cached)
+    run.specializer = Specializer(compile_for, cluster_name(ops), cap, events, hlo_fn, digest,
+                                  donations)
+    if race and any(op.startswith(_RACED_OPS) for _, op in ops):
+        run.race = Race(run.specializer.name, functools.partial(
+            _tensorflow_may_win, run.specializer, backend.target))
+    return run
+
+
 class Planner:
     def __init__(self, fg, backend, cap=8, events=None, race=True, only_cached=False,
                  digest=None):
@@ -170,14 +194,6 @@ class Planner:
                 donate[inputs.index(old)] = outputs.index(new)
         return donate
 
-    def _compile_fn(self, hlo_fn, donate):
-        def compile_for(specs):
-            checkpoint()
-            optimized, only_cached = self.backend.optimizes, self.only_cached
-            module = hlo_fn(specs, optimized, only_cached)
-            return module, self.backend.compile(module, donate, optimized, only_cached)
-        return compile_for
-
     def plan(self):
         runs = self._replayed()
         while runs is None:
@@ -217,15 +233,11 @@ class Planner:
         """The ClusterRun of a cluster, its code compiled where the shapes it reads
         are static; None where the bridge rejected one of its nodes."""
         ops = [(m, self.by_name[m].op) for m in members]
-        run = ClusterRun(kind, ops, inputs, outputs, reason, tf_function=_tensorflow_function(fn))
+        run = cluster_run(kind, ops, inputs, outputs, reason, fn, digest, donations,
+                          self.backend, self.cap, self.events, self.race,
+                          lambda: self.only_cached)
         if kind != "compiled":
             return run
-        hlo_fn = functools.partial(bridge.cached_hlo_module, fn, digest)
-        run.specializer = Specializer(self._compile_fn(hlo_fn, donations), cluster_name(ops),
-                                      self.cap, self.events, hlo_fn, digest, donations)
-        if self.race and any(op.startswith(_RACED_OPS) for _, op in ops):
-            run.race = Race(run.specializer.name, functools.partial(
-                _tensorflow_may_win, run.specializer, self.backend.target))
         specs = self._input_specs(inputs)
         if specs is None:             # shapes known only at run time
             return run

@@ -20,6 +20,7 @@ class ClusterRun:
     tf_function: object = None  # runs the cluster in TensorFlow
     specializer: object = None  # compiled clusters: shapes -> executable
     race: object = None         # compiled clusters: timing it against TensorFlow (race.py)
+    graph_def: object = None    # () -> its GraphDef, where it has one (a recipe keeps it)
 
     def run(self, args):
         if self.kind == "compiled":

@@ -5,6 +5,7 @@ import ast
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import keras
 import numpy as np
@@ -60,6 +61,45 @@ def test_a_warm_start_rebuilds_the_compiled_step_untraced_and_trains_as_keras(co
         np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=2e-5)
     np.testing.assert_allclose(model.evaluate(x, y, verbose=0), plain.evaluate(x, y, verbose=0),
                                rtol=2e-4, atol=2e-5)
+
+
+def _augmenting_cnn():
+    """A CNN whose step holds ops TensorFlow runs (RandomRotation's image
+    transform): a step of several clusters, compiled and TensorFlow's."""
+    keras.backend.clear_session()       # (the same names in every copy)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.RandomFlip("horizontal"),
+                              keras.layers.RandomRotation(0.1), keras.layers.Conv2D(4, 3),
+                              keras.layers.MaxPooling2D(), keras.layers.Flatten(),
+                              keras.layers.Dense(2)])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def test_a_step_of_several_clusters_is_rebuilt_with_its_tensorflow_clusters(compile_cache_dir):
+    """TensorFlow's clusters come back from the GraphDefs the recipe keeps;
+    the compiled convolution's cluster races TensorFlow's as it did cold."""
+    x = np.random.default_rng(0).random((128, 16, 16, 3)).astype(np.float32)
+    y = np.arange(128) % 2
+    plain = _augmenting_cnn()
+    expected = plain.fit(x, y, batch_size=16, epochs=6, shuffle=False, verbose=0).history["loss"]
+    kinds = {}
+    for run in ("cold", "warm"):
+        model = kerasjit.wrap(_augmenting_cnn(), background=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")     # (TensorFlow may win a race here)
+            model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+            model._kerasjit.train.wait()
+            # (40 steps: the clusters' races and then the step's verdict decide)
+            losses = model.fit(x, y, batch_size=16, epochs=5, shuffle=False,
+                               verbose=0).history["loss"]
+        kinds[run] = [c.kind for c in _train_step_run(model).program.clusters]
+    assert "tensorflow" in kinds["warm"] and len(kinds["warm"]) > 2
+    assert _train_step_run(model).trace.traces == 0
+    assert any("rebuilt" in e[2] for e in model._kerasjit.compile_events)
+    np.testing.assert_allclose(losses, expected[1:], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(model.predict(x, verbose=0), plain.predict(x, verbose=0),
+                               rtol=1e-4, atol=1e-5)
 
 
 def test_a_rebuilt_step_given_inputs_that_fail_its_checks_raises_as_keras(compile_cache_dir):
