@@ -23,6 +23,7 @@ from tensorflow.core.framework import graph_pb2
 from ..errors import NotCached
 from ..runtime.program import Program
 from . import bridge
+from .nodes import called_functions
 from .plan import cluster_run
 
 
@@ -30,7 +31,8 @@ def recipe_text(program, positions, out_structure, digest):
     """The recipe of `program` (positions: each state variable's index in
     the step identity's variables, None where not there), or None where it
     cannot have one."""
-    if None in positions or not all(map(_kept, program.clusters)):
+    graphs = len(program.clusters) > 1
+    if None in positions or not all(_kept(c, graphs) for c in program.clusters):
         return None
     outputs = _outline(out_structure)
     try:
@@ -38,7 +40,6 @@ def recipe_text(program, positions, out_structure, digest):
             return None
     except (ValueError, SyntaxError):
         return None         # (a structure of other classes than tuple, list and dict)
-    graphs = len(program.clusters) > 1
     return json.dumps({
         "clusters": [_cluster_record(c, graphs) for c in program.clusters],
         "inputs": program.inputs, "state_inputs": program.state_inputs,
@@ -48,11 +49,17 @@ def recipe_text(program, positions, out_structure, digest):
         "variables": positions, "out_structure": outputs, "step_digest": digest})
 
 
-def _kept(cluster):
-    """Whether a recipe can keep `cluster`: a compiled one's code came from the
-    cache or was stored there (it has a key); a TensorFlow one has its graph."""
+def _kept(cluster, graph):
+    """Whether a recipe can keep `cluster` (with its graph, if `graph`): a
+    compiled one's code came from the cache or was stored there (it has a
+    key); a graph it keeps calls no function (a cond's branches, a loop's
+    body: TensorFlow finds those registered by the step's trace, which a
+    rebuilt step has not made)."""
+    if graph and (cluster.graph_def is None
+                  or any(called_functions(n) for n in cluster.graph_def().node)):
+        return False
     if cluster.specializer is None:
-        return cluster.kind != "compiled" and cluster.graph_def is not None
+        return cluster.kind != "compiled"
     return not cluster.specializer.gave_up and all(
         e.cache_key is not None for e in cluster.specializer.cache.values())
 
