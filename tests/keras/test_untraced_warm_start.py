@@ -102,6 +102,31 @@ def test_a_step_of_several_clusters_is_rebuilt_with_its_tensorflow_clusters(comp
                                rtol=1e-4, atol=1e-5)
 
 
+def test_a_step_whose_tensorflow_cluster_calls_a_function_is_traced_again(compile_cache_dir):
+    """RMSprop's update of an Embedding's sparse gradient leaves a cond to
+    TensorFlow, its branches functions that only the step's trace registers:
+    such a step keeps no recipe, and its warm start trains as Keras."""
+    x = np.random.default_rng(0).integers(0, 300, (48, 12)).astype(np.int32)
+    y = np.random.default_rng(1).normal(size=(48, 1)).astype(np.float32)
+
+    def embedding_model():
+        keras.backend.clear_session()
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((12,), dtype="int32"),
+                                  keras.layers.Embedding(300, 8),
+                                  keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+        model.compile(optimizer="rmsprop", loss="mse")
+        return model
+    expected = embedding_model().fit(x, y, batch_size=16, epochs=2, shuffle=False,
+                                     verbose=0).history["loss"]
+    for run in ("cold", "warm"):
+        model = kerasjit.wrap(embedding_model(), background=False, race=False)
+        losses = model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history["loss"]
+        np.testing.assert_allclose(losses, expected, rtol=1e-5, atol=1e-6)
+    assert "tensorflow" in [c.kind for c in _train_step_run(model).program.clusters]
+    assert _train_step_run(model).trace.traces == 1
+
+
 def test_a_rebuilt_step_given_inputs_that_fail_its_checks_raises_as_keras(compile_cache_dir):
     """The input checks (a label past the classes) run TensorFlow's step,
     traced only now, which raises Keras's error; no weight moved (batch
