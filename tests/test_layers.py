@@ -12,7 +12,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAYERS = [{"errors", "arrays", "cancel", "quiet_start"}, {"hlo"}, {"passes"}, {"kernels"}, {"compiler"}, {"backends"},
           {"runtime"}, {"frontend"},
-          {"step", "wrap", "explain", "capture", "bench", "bench_suite", "bench_peer",
+          {"step", "step_identity", "wrap", "explain", "capture", "bench", "bench_suite", "bench_peer",
            "bench_startup", "bench_distribute", "workloads", "report", "callbacks", "__main__",
            "__init__"}]
 
