@@ -204,6 +204,9 @@ class _StoredModule:
         text = fingerprint and cache.load_text(key)
         return cls(text, fingerprint) if text else None
 
+    def __str__(self):                  # (the HLO text, as a parsed module prints it)
+        return self.text
+
     def __getattr__(self, name):        # (what the module holds: parsed now)
         if self.parsed is None:
             self.parsed = parse_module(self.text)
