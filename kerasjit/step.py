@@ -525,8 +525,9 @@ class CompiledStep:
         start = time.perf_counter()
         # A warm start compiles here, from the compile cache, rather than in the
         # background: it takes less time than TensorFlow's first steps would. (A
-        # recipe has no graph for a cluster's race against TensorFlow: where the
-        # steps wait for compiles, their clusters race unless race=False.)
+        # step of one cluster keeps no graph in its recipe, and its race against
+        # TensorFlow is the verdict's in the background alone: where the steps
+        # wait for compiles, its cluster races, so only race=False rebuilds it.)
         rebuilt = self._from_recipe(key, list(args), flat) \
             if self.background or not self.race else None
         if rebuilt is not None:
