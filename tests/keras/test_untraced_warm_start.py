@@ -16,6 +16,8 @@ import kerasjit
 from kerasjit.step_identity import step_identity
 from tests.support import bn_classifier
 
+pytestmark = pytest.mark.tensorflow_reference     # (compared with plain Keras's kernels)
+
 
 _data = bn_classifier.data
 
