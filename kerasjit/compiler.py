@@ -24,6 +24,7 @@ from .kernels.aliasing import alias_donated
 from .kernels.collapse import collapse_loops
 from .kernels.epilogues import fuse_epilogues
 from .kernels.lower import lower_module
+from .kernels.multi_output import fuse_reduction_producers
 from .kernels.split_dims import split_loops
 from .kernels.split_reductions import split_reductions
 from .kernels.storage import assign_storage
@@ -39,6 +40,7 @@ def kernel_passes(target, donate=None):
             drop_unread_stores,                                # temporaries nothing reads
             *([fuse_epilogues] if target.implicit_gemm else []),   # bias/activation into GEMMs
             *([split_reductions] if target.split_reductions else []),  # rows shared by threads
+            *([fuse_reduction_producers] if target.multi_output_reductions else []),  # one pass
             assign_storage,                                    # temporaries share memory
             split_loops,                                       # runs a reshape splits, looped
             collapse_loops]                                    # flat loops where dims only address

@@ -130,6 +130,15 @@ class ScatterKernel(LoopKernel):
 
 
 @dataclass
+class MultiOutputReduction(LoopKernel):
+    """A lone row reduction (collapse.rows_can_accumulate) that also stores
+    terms it folds: each of `term_stores`, (buffer id, index Exprs, value
+    Expr) over the loop index and the reduction's vars, is stored at every
+    term, the value shared with the reduction's body (multi_output.py)."""
+    term_stores: tuple = ()
+
+
+@dataclass
 class GemmCall:
     """C[M,N] (+)= op(A) @ op(B), f32, once per batch index (hlo/gemm.py).
 
@@ -310,8 +319,11 @@ def leaf_steps(steps):
 
 def kernel_exprs(kernel):
     """Every expression a loop kernel evaluates: its stored values and, for a
-    scatter, where each lands and the update."""
+    scatter, where each lands and the update; a multi-output reduction's
+    term stores, where and what."""
     exprs = [expr for _, expr in kernel.stores]
+    if isinstance(kernel, MultiOutputReduction):
+        exprs += [e for _, index, value in kernel.term_stores for e in (*index, value)]
     if isinstance(kernel, ScatterKernel):
         exprs += [e for e in (*kernel.target, kernel.update, kernel.fits) if e is not None]
     return exprs

@@ -6,7 +6,8 @@ so what its iterations use stays live across all of them). Greedy first-fit over
 temporaries in order of first write, reusing a freed slot before opening a
 new one; a reused slot grows to its largest tenant.
 """
-from .ir import GemmCall, ImplicitGemm, Load, WhileLoop, kernel_exprs, nested_steps, walk
+from .ir import (GemmCall, ImplicitGemm, Load, MultiOutputReduction, WhileLoop, kernel_exprs,
+                 nested_steps, walk)
 
 
 def _inside(step, each):
@@ -19,7 +20,9 @@ def writes(step):
         return _inside(step, writes)
     if isinstance(step, (GemmCall, ImplicitGemm)):
         return {step.out}
-    return {bid for bid, _ in step.stores}
+    terms = {bid for bid, _, _ in step.term_stores} if isinstance(step, MultiOutputReduction) \
+        else set()
+    return {bid for bid, _ in step.stores} | terms
 
 
 def touched(step):

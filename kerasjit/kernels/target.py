@@ -10,3 +10,4 @@ class Target:
     patch_budget_bytes: int     # a patch matrix is built and multiplied in slices this large
     split_reductions: bool = False  # large reductions into a row in parts threads share
     strided_features: bool = False  # an ImplicitGemm reads B transposed where it lies (no copy)
+    multi_output_reductions: bool = False  # a row reduction computes and stores its operand

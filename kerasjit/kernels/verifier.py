@@ -6,7 +6,7 @@ writes (its buffers are noalias; after storage assignment, no slot it writes
 is one it reads), but for a donated parameter it updates in place (aliasing.py
 checks those); every output is written."""
 from ..errors import KernelVerifyError
-from .ir import GemmCall, LoopKernel, WhileLoop, kernel_exprs, nested_steps
+from .ir import GemmCall, LoopKernel, ScatterKernel, WhileLoop, kernel_exprs, nested_steps
 from .storage import loaded, touched, writes
 
 
@@ -31,7 +31,7 @@ def verify_kernels(program):
                 _fail(step, f"names buffers {sorted(touched(step) - ids)} that do not exist")
             if not read <= ready:
                 _fail(step, f"reads buffers {sorted(read - ready)} before any step writes them")
-            if isinstance(step, GemmCall) or type(step) is LoopKernel:
+            if isinstance(step, (GemmCall, LoopKernel)) and not isinstance(step, ScatterKernel):
                 shared = memory(read - in_place) & memory(written)
                 if shared:
                     _fail(step, f"reads memory it writes ({', '.join(sorted(shared))})")

@@ -82,7 +82,8 @@ class CpuBackend(Backend):
     # call synchronises the threads it is split over, which stalls under CPU
     # contention (reports/tuning-measurements.md).
     target = Target(implicit_gemm=True, implicit_dots=True, min_batched_product=1024,
-                    patch_budget_bytes=64 << 20, split_reductions=True, strided_features=True)
+                    patch_budget_bytes=64 << 20, split_reductions=True, strided_features=True,
+                    multi_output_reductions=True)
 
     def __init__(self):
         self.loaded = {}    # cache key -> (record, entry address) linked into this process

@@ -18,9 +18,9 @@ from ...kernels.collapse import rows_can_accumulate
 from ...kernels.identity import identity
 from ...kernels.indexing import load_terms
 from ...kernels.ir import (ChunkIndex, ChunkLoop, Const, GemmCall, ImplicitGemm, Index, Load,
-                           LoopKernel, Op, Reduce, ReduceVar, ScatterKernel, Var, WhileLoop,
-                           kernel_exprs, leaf_steps, walk)
-from ...kernels.storage import loaded
+                           LoopKernel, MultiOutputReduction, Op, Reduce, ReduceVar, ScatterKernel,
+                           Var, WhileLoop, kernel_exprs, leaf_steps, walk)
+from ...kernels.storage import loaded, writes
 from . import implicit_gemm, narrow_gemm, parallel
 from .blas import SGEMM_SYMBOL, THREADS_LOCAL_SYMBOL
 from .llvm_types import (I64, PTR, constant, counted_loop, linear, memory_type, register_type,
@@ -51,7 +51,7 @@ def long_running(kernel):
 
 def kernel_buffers(kernel):
     """Ids of the buffers a loop kernel touches, in the order it takes them."""
-    return sorted({bid for bid, _ in kernel.stores}.union(*map(loaded, kernel_exprs(kernel))))
+    return sorted(writes(kernel).union(*map(loaded, kernel_exprs(kernel))))
 
 
 def outer_dims(kernel, buffers):
@@ -132,6 +132,8 @@ class _KernelBuilder:
             self.nest(list(dims[:-1]), self._accumulate_rows, outermost=True, innermost=False)
             self.b.ret_void()
             return
+        if isinstance(self.kernel, MultiOutputReduction):
+            raise ValueError(f"kernel {self.kernel.name}: term stores outside a row reduction")
 
         target = self.kernel.target if isinstance(self.kernel, ScatterKernel) else None
 
@@ -178,11 +180,13 @@ class _KernelBuilder:
         now runs along contiguous memory, which LLVM vectorises (the row stays
         in L1 while every term is added to it). The result accumulates in the
         output's row; any other accumulator (an argmax's value, a pooling
-        gradient's flag) in a row on the stack.
+        gradient's flag) in a row on the stack. A multi-output reduction
+        stores its terms as they are computed.
         """
         (bid, red), last = self.kernel.stores[0], self.kernel.dims[-1]
         rows = {i: self._stack_row(a.dtype, last) for i, a in enumerate(red.accs)
                 if i != red.result}
+        terms = self.kernel.term_stores if isinstance(self.kernel, MultiOutputReduction) else ()
 
         def load(i, j):
             if i == red.result:
@@ -207,6 +211,9 @@ class _KernelBuilder:
                        "reduce": {(red.key, d): c for d, c in enumerate(counters)}}
                 values = {}
                 current = [self.render(body, values, env) for body in red.bodies]
+                for term, index, value in terms:
+                    self.store(term, value.dtype, [self.render(i, values, env) for i in index],
+                               self.render(value, values, env))
                 accs = [load(i, j) for i in range(len(red.accs))]
                 env["vars"] = {**{a.name: v for a, v in zip(red.accs, accs)},
                                **{c.name: v for c, v in zip(red.curs, current)}}
