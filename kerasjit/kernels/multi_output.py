@@ -18,7 +18,7 @@ value at an index that visits each element exactly once.
 import math
 
 from .collapse import rows_can_accumulate
-from .ir import (Const, Index, Load, LoopKernel, MultiOutputReduction, Op, Reduce, ReduceVar,
+from .ir import (Const, Index, Load, LoopKernel, MultiOutputReduction, Op, ReduceVar,
                  kernel_exprs, map_nodes, walk)
 from .storage import loaded, touched, writes
 
