@@ -12,8 +12,9 @@ fused kernel runs where the producer ran.
 
 Fused only where the reduction accumulates rows along the value's innermost
 dimension (its loop stores the value contiguously, vectorised) and has outer
-rows for threads to share (the parts of split_reductions.py), and reads the
-value at an index that visits each element exactly once.
+rows for threads to share (the parts of split_reductions.py), reads the
+value at an index that visits each element exactly once, and still
+accumulates rows with the producer's loads inside (not a transpose's).
 """
 import math
 
@@ -106,10 +107,13 @@ def fused(producer, reduction, buffers):
     at = loads[0].index
     computed = map_nodes(expr, Index, lambda i: at[i.dim], {})
     term = map_nodes(red, Load, lambda n: computed if n.buffer == value else n, {})
-    return MultiOutputReduction(
+    candidate = MultiOutputReduction(
         f"{producer.name}_{reduction.name}", reduction.dims, [(result, term)],
         producer.fused + reduction.fused, reduction=True,
         term_stores=((value, at, computed),))
+    # (Not where the producer reads its operands along the reduction but across
+    # the row, as a transpose does: the row's loop would read them a column at a time.)
+    return candidate if rows_can_accumulate(candidate, buffers) else None
 
 
 def fuse_reduction_producers(program):

@@ -4,9 +4,12 @@ Every buffer a step names exists; a step reads only parameters, constants
 and what earlier steps wrote; a loop kernel or GEMM reads no memory it
 writes (its buffers are noalias; after storage assignment, no slot it writes
 is one it reads), but for a donated parameter it updates in place (aliasing.py
-checks those); every output is written."""
+checks those); a multi-output reduction accumulates rows (the one form that
+stores its terms); every output is written."""
 from ..errors import KernelVerifyError
-from .ir import GemmCall, LoopKernel, ScatterKernel, WhileLoop, kernel_exprs, nested_steps
+from .collapse import rows_can_accumulate
+from .ir import (GemmCall, LoopKernel, MultiOutputReduction, ScatterKernel, WhileLoop, kernel_exprs,
+                 nested_steps)
 from .storage import loaded, touched, writes
 
 
@@ -31,6 +34,9 @@ def verify_kernels(program):
                 _fail(step, f"names buffers {sorted(touched(step) - ids)} that do not exist")
             if not read <= ready:
                 _fail(step, f"reads buffers {sorted(read - ready)} before any step writes them")
+            if isinstance(step, MultiOutputReduction) and not rows_can_accumulate(
+                    step, program.buffers):
+                _fail(step, "stores the terms of a reduction that does not accumulate rows")
             if isinstance(step, (GemmCall, LoopKernel)) and not isinstance(step, ScatterKernel):
                 shared = memory(read - in_place) & memory(written)
                 if shared:

@@ -111,6 +111,14 @@ NOT_FUSED = {
     "overlapping_reads": (lambda a, g: (relu_gradient(a, g), tf.reduce_sum(
         relu_gradient(a, g)[:, 1:] + relu_gradient(a, g)[:, :-1], axis=[0, 1])),
                           (rand(256, 64, 128), rand(256, 64, 128, seed=1))),
+    # A producer that transposes attention's keys, (batch, heads, depth, time) to
+    # (batch, time, heads, depth): in the row's loop it would read them along
+    # time a column at a time (a decoder's key bias gradient).
+    "transposed_keys": (lambda a, g, x: (
+        tf.einsum("btk,bthd->khd", x, tf.transpose(relu_gradient(a, g), [0, 3, 1, 2])),
+        tf.reduce_sum(tf.transpose(relu_gradient(a, g), [0, 3, 1, 2]), axis=[0, 1])),
+                        (rand(16, 4, 16, 40), rand(16, 4, 16, 40, seed=1),
+                         rand(16, 40, 8, seed=2))),
     # Too small to be shared by threads: the producer keeps its own threads.
     "small": (bias_gradient, (rand(2, 5, 5, 16), rand(2, 5, 5, 16, seed=1))),
 }
