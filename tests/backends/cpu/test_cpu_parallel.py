@@ -18,6 +18,7 @@ from kerasjit.hlo.evaluator import evaluate
 from tests.support.bridge import bridge
 from tests.support.dtype_values import values
 from tests.support.structured_cases import rand
+from tests.support.thread_counts import identical_on_any_thread_count
 from tests.support.targets import PATCHES
 
 
@@ -129,16 +130,11 @@ def test_large_reductions_into_a_row_are_shared_by_threads(name, backend):
     module = bridge(fn, *args)
     executable = backend.compile(module)
     assert split_kernels(executable)
-    results = []
-    for threads in (1, 2, 7):
-        parallel.set_threads(threads)
-        results.append(executable(list(args)))
-    for got in results[1:]:           # (the parts do not follow the thread count)
-        assert all(np.array_equal(g, w) for g, w in zip(got, results[0]))
+    got = identical_on_any_thread_count(executable, args)
     if name in EXACT_IN_PARTS:
         assert_identical(module, executable, list(args))
     else:
-        for g, w in zip(results[0], expected(module, list(args))):
+        for g, w in zip(got, expected(module, list(args))):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-3)
 
 
