@@ -101,6 +101,8 @@ def fused(producer, reduction, buffers):
             or math.prod(reduction.dims[:-1]) < 2:
         return None
     ((result, red),) = reduction.stores
+    if result in loaded(expr):         # (a row written over what the producer reads)
+        return None
     loads = _value_loads(reduction, value)
     if loads is None or not _visits_each_once(loads[0].index, producer.dims, reduction, red):
         return None
@@ -117,9 +119,10 @@ def fused(producer, reduction, buffers):
 
 
 def fuse_reduction_producers(program):
-    """The kernel-IR pass: each top-level row reduction that a loop kernel
-    before it can be fused into (fused()) replaces that kernel, at its place;
-    the steps between must not write what the reduction reads or writes."""
+    """The kernel-IR pass: each top-level reduction and the latest loop kernel
+    before it that writes what it reads become one MultiOutputReduction
+    (where fused() allows), at that kernel's place; the steps between must
+    not touch the reduction's result."""
     steps = program.steps
     for r in range(len(steps)):
         reduction = steps[r]
