@@ -78,14 +78,14 @@ def _visits_each_once(index, dims, kernel, red):
         _affine(index[-1], red)[0].get(row) == 1 and dims[-1] == kernel.dims[-1]
 
 
-def _value_loads(reduction, value):
-    """The reduction's loads of buffer `value`, if all at one index, else None."""
-    loads = [n for e in kernel_exprs(reduction) for n in walk(e)
-             if isinstance(n, Load) and n.buffer == value]
-    first = loads[0].index if loads else None
-    return loads if loads and all(
-        len(n.index) == len(first) and all(a is b for a, b in zip(n.index, first))
-        for n in loads) else None
+def _value_index(reduction, value):
+    """The index at which the reduction loads buffer `value`, if it loads it at
+    one index only (the same Exprs), else None."""
+    indices = [n.index for e in kernel_exprs(reduction) for n in walk(e)
+               if isinstance(n, Load) and n.buffer == value]
+    first = indices[0] if indices else None
+    return first if first is not None and all(
+        len(i) == len(first) and all(a is b for a, b in zip(i, first)) for i in indices) else None
 
 
 def fused(producer, reduction, buffers):
@@ -103,10 +103,9 @@ def fused(producer, reduction, buffers):
     ((result, red),) = reduction.stores
     if result in loaded(expr):         # (a row written over what the producer reads)
         return None
-    loads = _value_loads(reduction, value)
-    if loads is None or not _visits_each_once(loads[0].index, producer.dims, reduction, red):
+    at = _value_index(reduction, value)
+    if at is None or not _visits_each_once(at, producer.dims, reduction, red):
         return None
-    at = loads[0].index
     computed = map_nodes(expr, Index, lambda i: at[i.dim], {})
     term = map_nodes(red, Load, lambda n: computed if n.buffer == value else n, {})
     candidate = MultiOutputReduction(
@@ -142,4 +141,3 @@ def fuse_reduction_producers(program):
                 break
     program.steps = [s for s in steps if s is not None]
     return program
-
